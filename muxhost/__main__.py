@@ -1,0 +1,3 @@
+from muxhost.cli import main
+
+raise SystemExit(main())

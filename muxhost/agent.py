@@ -1,0 +1,178 @@
+"""What a plugin author works with: :class:`Agent`, :class:`AgentContext`, :class:`Launch`,
+:class:`PurgeReport` (CONTRACT §2).
+
+An agent plugin says what differs between agents: how to start and resume one, how to find the
+conversation it is in, whether that conversation is in use, and how to purge it completely. The host
+does everything else (panes, the stop ladder, records, the purge order, id validation).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+UUID_PATTERN = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+
+_XDG = {
+    "data": ("XDG_DATA_HOME", ".local/share"),
+    "config": ("XDG_CONFIG_HOME", ".config"),
+    "state": ("XDG_STATE_HOME", ".local/state"),
+    "cache": ("XDG_CACHE_HOME", ".cache"),
+}
+
+
+def _same_path(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    try:
+        return os.path.realpath(a) == os.path.realpath(b)
+    except (OSError, ValueError):
+        return False
+
+
+@dataclass
+class Launch:
+    """What to run in the pane: an argv list (never a shell string), extra environment, and the
+    conversation id when the agent lets the launcher choose it up front."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str] = field(default_factory=dict)
+    conversation_id: str | None = None
+
+
+@dataclass
+class AgentContext:
+    """Everything a plugin may need to know about one agent run (or a conversation without a run).
+
+    ``home`` is the HOME the agent runs (or ran) with, ``env`` its whole environment, ``cwd`` its
+    working directory, ``launched_at`` epoch seconds, ``pids`` its live process ids (may be empty),
+    ``claimed`` conversation ids bound to other live records (never discover one of these),
+    ``config`` this agent's mapping from config.yaml, ``args`` the extra arguments given after
+    ``--`` on ``muxhost launch``, ``conversation_id`` the id the record knows so far (or None), and
+    ``notes``: a list a plugin may append human-readable remarks to (they appear in reports).
+    """
+
+    home: str
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str = ""
+    launched_at: float = 0.0
+    pids: list[int] = field(default_factory=list)
+    claimed: frozenset[str] = frozenset()
+    config: dict[str, Any] = field(default_factory=dict)
+    args: list[str] = field(default_factory=list)
+    conversation_id: str | None = None
+    record_id: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def _xdg(self, kind: str) -> Path:
+        var, default = _XDG[kind]
+        value = self.env.get(var)
+        caller_home = os.environ.get("HOME") or os.path.expanduser("~")
+        if value and os.path.isabs(value) and _same_path(self.home, caller_home):
+            return Path(value)
+        return Path(self.home) / default
+
+    def data_home(self) -> Path:
+        """``$XDG_DATA_HOME`` when set and ``home`` is the caller's own home, else ``home/.local/share``."""
+        return self._xdg("data")
+
+    def config_home(self) -> Path:
+        """``$XDG_CONFIG_HOME`` when set and ``home`` is the caller's own home, else ``home/.config``."""
+        return self._xdg("config")
+
+    def state_home(self) -> Path:
+        """``$XDG_STATE_HOME`` when set and ``home`` is the caller's own home, else ``home/.local/state``."""
+        return self._xdg("state")
+
+    def cache_home(self) -> Path:
+        """``$XDG_CACHE_HOME`` when set and ``home`` is the caller's own home, else ``home/.cache``."""
+        return self._xdg("cache")
+
+    def expand(self, path: str | os.PathLike) -> str:
+        """A path for reports: ``~/…`` when under ``home``, else absolute."""
+        p = os.path.abspath(path)
+        home = os.path.abspath(self.home)
+        if p == home or p.startswith(home.rstrip("/") + "/"):
+            return "~" + p[len(home):]
+        return p
+
+
+@dataclass
+class PurgeReport:
+    """The outcome of a purge: the plan (``artifacts`` before), what ``purge`` removed, and the
+    residual (``artifacts`` after). ``notes`` carries the plugin's remarks (``ctx.notes``)."""
+
+    agent: str
+    conversation_id: str
+    plan: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    residual: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    dry_run: bool = False
+    record: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        return not self.residual
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["complete"] = self.complete
+        return d
+
+
+class Agent:
+    """Base class for agent plugins. Subclass it, set the class attributes, implement the methods,
+    and register an instance from a ``muxhost_register_agents(register)`` hook.
+
+    Every ``conversation_id`` a method receives has already been checked by the host to fullmatch
+    :attr:`id_pattern`, so it is safe in a path, an argv or SQL parameters.
+    """
+
+    #: the agent's name on the command line (``muxhost launch NAME``)
+    name: str = ""
+    #: comm / argv[0] basenames of a running agent (used to find a hand-started agent in a pane)
+    process_names: tuple[str, ...] = ()
+    #: names of child processes that are part of the agent itself, not work it runs
+    resident_children: tuple[str, ...] = ()
+    #: typed into the pane by the stop ladder (then a pause, then Enter); None = no graceful exit
+    exit_text: str | None = "/exit"
+    #: seconds between typing ``exit_text`` and pressing Enter
+    exit_pause: float = 0.5
+    #: a conversation id must fullmatch this before it is used anywhere
+    id_pattern: str = UUID_PATTERN
+
+    def valid_id(self, conversation_id: object) -> bool:
+        return isinstance(conversation_id, str) and re.fullmatch(self.id_pattern, conversation_id) is not None
+
+    def launch(self, ctx: AgentContext) -> Launch:
+        """The command that starts a new conversation in ``ctx.cwd``."""
+        raise NotImplementedError
+
+    def resume(self, ctx: AgentContext, conversation_id: str) -> Launch:
+        """The command that resumes ``conversation_id`` (run in ``ctx.cwd``, the record's cwd)."""
+        raise NotImplementedError(f"agent {self.name!r} cannot resume a conversation")
+
+    def discover(self, ctx: AgentContext) -> str | None:
+        """The conversation the agent of ``ctx`` is really in now, or None. Never an id in ``ctx.claimed``."""
+        return ctx.conversation_id
+
+    def exists(self, ctx: AgentContext, conversation_id: str) -> bool:
+        """True when the conversation can be resumed from disk."""
+        return False
+
+    def in_use(self, ctx: AgentContext, conversation_id: str) -> list[str]:
+        """Who holds the conversation, one line each (``"pid 812 claude --resume …"``); [] = free.
+        Raising is treated as "in use" by the host."""
+        from muxhost.procs import argv_holders
+
+        return argv_holders(conversation_id)
+
+    def artifacts(self, ctx: AgentContext, conversation_id: str) -> list[str]:
+        """What is on disk for the conversation now: paths (absolute or ``~/``) and rows (``table:id``)."""
+        return []
+
+    def purge(self, ctx: AgentContext, conversation_id: str) -> list[str]:
+        """Remove every artifact of the conversation and its child conversations; return what went."""
+        raise NotImplementedError(f"agent {self.name!r} cannot purge a conversation")
