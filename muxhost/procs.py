@@ -1,0 +1,201 @@
+"""Process snapshots, trees and the stop ladder's signals (psutil only: Linux and macOS).
+
+One :meth:`ProcessTable.snapshot` reads the whole process table in a single ``psutil.process_iter``
+pass; trees are then walked in memory, so asking about 50 panes costs one scan, not 50.
+A pid is only ever signalled when its create time still matches the one we saw (no pid reuse).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import time
+from dataclasses import dataclass
+from typing import Iterable
+
+import psutil
+
+RECORD_ENV = "MUXHOST_RECORD"
+_CT_TOLERANCE = 0.01  # seconds; create times come from clock ticks
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    create_time: float
+    name: str
+    cmdline: tuple[str, ...]
+
+    @property
+    def key(self) -> tuple[int, float]:
+        return (self.pid, self.create_time)
+
+    def describe(self) -> str:
+        """``pid 812 claude --resume …`` (the command line, or the name when it cannot be read)."""
+        cmd = shlex.join(self.cmdline) if self.cmdline else self.name
+        if len(cmd) > 200:
+            cmd = cmd[:199] + "…"
+        return f"pid {self.pid} {cmd}"
+
+    def matches_name(self, names: Iterable[str]) -> bool:
+        """True when comm, basename(argv[0]) or (for an interpreter) basename(argv[1]) is in names."""
+        names = set(names)
+        if not names:
+            return False
+        if self.name in names:
+            return True
+        if self.cmdline:
+            if os.path.basename(self.cmdline[0]) in names:
+                return True
+            if len(self.cmdline) > 1 and os.path.basename(self.cmdline[0]).startswith(("python", "node", "bun")):
+                return os.path.basename(self.cmdline[1]) in names
+        return False
+
+
+def _proc_from_info(info: dict) -> Proc | None:
+    if info.get("pid") is None or info.get("create_time") is None:
+        return None
+    return Proc(
+        pid=info["pid"],
+        ppid=info.get("ppid") or 0,
+        create_time=info["create_time"],
+        name=info.get("name") or "",
+        cmdline=tuple(info.get("cmdline") or ()),
+    )
+
+
+class ProcessTable:
+    """An in-memory copy of the process table taken in one pass."""
+
+    def __init__(self, procs: dict[int, Proc]):
+        self.procs = procs
+        self._children: dict[int, list[int]] = {}
+        for p in procs.values():
+            self._children.setdefault(p.ppid, []).append(p.pid)
+
+    @classmethod
+    def snapshot(cls) -> "ProcessTable":
+        procs: dict[int, Proc] = {}
+        for p in psutil.process_iter(["pid", "ppid", "create_time", "name", "cmdline"]):
+            proc = _proc_from_info(p.info)
+            if proc is not None:
+                procs[proc.pid] = proc
+        return cls(procs)
+
+    def get(self, pid: int | None) -> Proc | None:
+        return self.procs.get(pid) if pid is not None else None
+
+    def tree(self, pid: int | None) -> list[Proc]:
+        """The process and all its descendants (root first), or [] when it is not running."""
+        root = self.get(pid)
+        if root is None:
+            return []
+        out, stack, seen = [], [root.pid], set()
+        while stack:
+            cur = stack.pop()
+            if cur in seen or cur not in self.procs:
+                continue
+            seen.add(cur)
+            out.append(self.procs[cur])
+            stack.extend(self._children.get(cur, ()))
+        return out
+
+    def descendants(self, pid: int) -> list[Proc]:
+        return self.tree(pid)[1:]
+
+    def with_token(self, token: str, exclude: Iterable[int] = ()) -> list[Proc]:
+        """Processes whose argv contains ``token`` as a word or inside a word (``--session=ID``)."""
+        skip = set(exclude) | {os.getpid()}
+        out = []
+        for p in self.procs.values():
+            if p.pid in skip:
+                continue
+            if any(token in arg for arg in p.cmdline):
+                out.append(p)
+        return out
+
+
+def argv_holders(token: str, table: ProcessTable | None = None, exclude: Iterable[int] = ()) -> list[str]:
+    """``["pid 812 claude --resume <id>", …]`` for every process whose argv names ``token``
+    (muxhost's own processes excepted)."""
+    table = table or ProcessTable.snapshot()
+    mine = {os.getpid(), os.getppid()}
+    return [p.describe() for p in table.with_token(token, exclude=set(exclude) | mine) if not _is_muxhost(p)]
+
+
+def _is_muxhost(p: Proc) -> bool:
+    # our own CLI processes (e.g. `muxhost purge --conversation ID`) name the id but hold nothing
+    args = [os.path.basename(a) for a in p.cmdline[:3]]
+    return "muxhost" in args or (len(p.cmdline) > 2 and p.cmdline[1:3] == ("-m", "muxhost"))
+
+
+def same_process(pid: int, create_time: float) -> bool:
+    """True when ``pid`` is running (not a zombie) and is the process that had ``create_time``."""
+    try:
+        p = psutil.Process(pid)
+        if abs(p.create_time() - create_time) > _CT_TOLERANCE:
+            return False
+        return p.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    except psutil.AccessDenied:
+        return True  # it exists; we cannot tell more
+
+
+def signal_if_same(pid: int, create_time: float, sig: int) -> bool:
+    """Send ``sig`` to ``pid`` only if it is still the process that had ``create_time``.
+    Returns True when the signal was sent."""
+    try:
+        p = psutil.Process(pid)
+        if abs(p.create_time() - create_time) > _CT_TOLERANCE:
+            return False
+        p.send_signal(sig)
+        return True
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, ProcessLookupError):
+        return False
+    except psutil.AccessDenied:
+        return False
+
+
+def alive(keys: Iterable[tuple[int, float]]) -> list[tuple[int, float]]:
+    return [k for k in keys if same_process(*k)]
+
+
+def wait_gone(keys: Iterable[tuple[int, float]], timeout: float, interval: float = 0.05) -> list[tuple[int, float]]:
+    """Wait up to ``timeout`` seconds for every process to end; return the survivors."""
+    keys = list(keys)
+    deadline = time.monotonic() + timeout
+    while True:
+        keys = alive(keys)
+        if not keys or time.monotonic() >= deadline:
+            return keys
+        time.sleep(interval)
+
+
+def marked(record_id: str, table: ProcessTable, since: float | None = None) -> list[Proc]:
+    """Processes whose environment carries ``MUXHOST_RECORD=<record_id>`` (found even after they
+    called setsid or were re-parented). Only processes of our user started at or after ``since``
+    are read, to keep the scan short; ones we may not read are skipped."""
+    want = f"{record_id}"
+    uid = os.getuid()
+    out = []
+    for p in table.procs.values():
+        if p.pid == os.getpid():
+            continue
+        if since is not None and p.create_time + 1.0 < since:
+            continue
+        try:
+            proc = psutil.Process(p.pid)
+            if proc.uids().real != uid:
+                continue
+            if proc.environ().get(RECORD_ENV) == want:
+                out.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return out
+
+
+SIGTERM = signal.SIGTERM
+SIGKILL = signal.SIGKILL

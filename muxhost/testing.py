@@ -1,0 +1,163 @@
+"""pytest helpers for muxhost and its plugin packages (loaded with ``-p muxhost.testing``).
+
+Fixtures:
+
+- ``mux``: a :class:`Mux` bound to libtmux's ``server`` fixture (a private tmux socket), a temp HOME,
+  a temp state dir and a temp config path. ``mux.run("launch", "demo", "--json")`` runs the real
+  ``muxhost`` CLI in a subprocess with that environment. At teardown every process of every record
+  of this test is ended (by pid, after checking its create time): nothing a test started survives.
+
+Helpers: :func:`wait_for`, :func:`agent_binary` (a real agent CLI, or fail in CI / skip elsewhere).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+
+@dataclass
+class Result:
+    rc: int
+    out: str
+    err: str
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def clean_env(home: Path) -> dict[str, str]:
+    """The caller's environment without anything that points at the user's tmux or home."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TMUX", "XDG_", "MUXHOST_", "CLAUDE", "OPENCODE", "CODEX"))}
+    env.update(HOME=str(home), SHELL="/bin/sh", TERM=env.get("TERM") or "xterm-256color", LANG=env.get("LANG", "C.UTF-8"))
+    # keep the npm cache shared (warm) even though HOME is a temp dir
+    real_home = os.path.expanduser("~")
+    env.setdefault("npm_config_cache", os.environ.get("npm_config_cache") or os.path.join(real_home, ".npm"))
+    return env
+
+
+class Mux:
+    """Runs the real muxhost CLI against a private tmux server and a private HOME."""
+
+    def __init__(self, server, tmp_path: Path):
+        self.server = server
+        self.socket = server.socket_name
+        self.home = tmp_path / "home"
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.state_dir = tmp_path / "state"
+        self.config = tmp_path / "config.yaml"
+        self.env = clean_env(self.home)
+        self.env.update(
+            MUXHOST_STATE_DIR=str(self.state_dir),
+            MUXHOST_TMUX_SOCKET=self.socket,
+            MUXHOST_CONFIG=str(self.config),
+        )
+
+    def run(self, *args: str, env: dict[str, str] | None = None, input: str | None = None,
+            timeout: float = 60, cwd: str | None = None) -> Result:
+        full_env = dict(self.env)
+        if env:
+            full_env.update(env)
+        p = subprocess.run([sys.executable, "-m", "muxhost", *args], env=full_env, input=input,
+                           capture_output=True, text=True, timeout=timeout, cwd=cwd or str(self.home),
+                           stdin=None if input is not None else subprocess.DEVNULL)
+        return Result(p.returncode, p.stdout, p.stderr)
+
+    def ok(self, *args: str, **kw) -> Any:
+        """Run a command that must succeed; return its parsed ``--json`` output (or stdout)."""
+        r = self.run(*args, **kw)
+        assert r.rc == 0, f"muxhost {' '.join(args)} -> {r.rc}\nstdout: {r.out}\nstderr: {r.err}"
+        try:
+            return json.loads(r.out)
+        except ValueError:
+            return r.out
+
+    def tmux(self, *args: str) -> list[str]:
+        return self.server.cmd(*args).stdout
+
+    def capture(self, pane_id: str) -> str:
+        return "\n".join(self.server.cmd("capture-pane", "-p", "-J", "-t", pane_id).stdout)
+
+    def wait_screen(self, pane_id: str, text: str, timeout: float = 20.0) -> str:
+        return wait_for(lambda: (lambda s: s if text in s else None)(self.capture(pane_id)),
+                        timeout=timeout, what=f"{text!r} on pane {pane_id}")
+
+    def type(self, pane_id: str, text: str, enter: bool = True, pause: float = 0.3) -> None:
+        self.server.cmd("send-keys", "-t", pane_id, "-l", text)
+        if enter:
+            time.sleep(pause)
+            self.server.cmd("send-keys", "-t", pane_id, "Enter")
+
+    def reap(self) -> None:
+        """End every process of every record of this test (processes this test started)."""
+        from muxhost import procs
+
+        db = self.state_dir / "state.db"
+        if not db.exists():
+            return
+        try:
+            con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+            rows = con.execute("select id, launched_at, pids from records").fetchall()
+            con.close()
+        except sqlite3.Error:
+            return
+        table = procs.ProcessTable.snapshot()
+        victims: dict[int, float] = {}
+        for rid, launched_at, pids in rows:
+            for p in procs.marked(rid, table):
+                victims[p.pid] = p.create_time
+            for pid, ct in json.loads(pids or "[]"):
+                for p in table.tree(pid):
+                    if p.pid == pid and abs(p.create_time - ct) > 0.01:
+                        break
+                    victims[p.pid] = p.create_time
+        for pid, ct in victims.items():
+            procs.signal_if_same(pid, ct, signal.SIGKILL)
+
+
+@pytest.fixture
+def mux(server, tmp_path):
+    m = Mux(server, tmp_path)
+    yield m
+    m.reap()
+
+
+def agent_binary(name: str) -> str:
+    """The real agent CLI ``name``: from ``$MUXHOST_AGENT_BIN_DIR`` (set by .ci/run), else PATH.
+    Missing: a failure in CI (``CI=true``), a skip that says why elsewhere."""
+    bin_dir = os.environ.get("MUXHOST_AGENT_BIN_DIR")
+    found = None
+    if bin_dir and os.access(os.path.join(bin_dir, name), os.X_OK):
+        found = os.path.join(bin_dir, name)
+    found = found or shutil.which(name)
+    if found:
+        return found
+    why = f"the {name} CLI is not installed (run .ci/run, or set MUXHOST_AGENT_BIN_DIR)"
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(why)
+    pytest.skip(why)
