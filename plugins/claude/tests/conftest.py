@@ -1,0 +1,296 @@
+"""Shared test code for muxhost-claude: a fake Anthropic Messages API server, a seeded HOME for the
+real ``claude`` TUI, and small helpers (tree hashes). Loaded by pytest as a conftest; nothing here is
+imported by name from the test modules (pytest runs with ``--import-mode=importlib``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+API_KEY = "sk-ant-muxhost-test-key-0123456789abcdef"
+
+# Words the scripted model reacts to (typed into the TUI by the tests).
+MAKE_STUFF = "MUXHOST_MAKE_STUFF"
+SUBAGENT_PROMPT = "MUXHOST_SUBAGENT_WORK"
+CREATED_FILE = "made-by-claude.txt"
+SUB_FILE = "made-by-subagent.txt"
+
+
+# --------------------------------------------------------------------------------------------------
+# fake Anthropic server
+
+def _sse(event: str, data: dict) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    out = []
+    for block in content or ():
+        if isinstance(block, dict):
+            if block.get("type") == "text":
+                out.append(block.get("text", ""))
+            elif block.get("type") == "tool_result":
+                out.append(_text_of(block.get("content")))
+    return "\n".join(out)
+
+
+def _is_tool_result(msg: dict) -> bool:
+    c = msg.get("content")
+    return isinstance(c, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in c)
+
+
+class FakeAnthropic:
+    """A threaded HTTP server on 127.0.0.1 (port 0) that answers ``POST /v1/messages`` the way the
+    Messages API streams, with a scripted model:
+
+    - a conversation whose first real prompt contains ``MUXHOST_SUBAGENT_WORK`` is a sub-agent: it
+      writes ``made-by-subagent.txt`` once, then answers "sub-agent done";
+    - a turn whose prompt contains ``MUXHOST_MAKE_STUFF`` calls, one per response: ``Write`` (a file in
+      the cwd), the task tool (``TaskCreate`` when offered, else ``TodoWrite``), the sub-agent tool
+      (``Agent`` or ``Task``), then answers "all done";
+    - anything else (titles, plain prompts) gets a short text answer.
+
+    Every request body is kept in ``self.requests`` (for the tests and for debugging).
+    """
+
+    def __init__(self, cwd_hint: str | None = None):
+        self.requests: list[dict] = []
+        self.lock = threading.Lock()
+        self.cwd_hint = cwd_hint
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):  # quiet
+                pass
+
+            def _body(self) -> bytes:
+                n = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(n) if n else b""
+
+            def do_GET(self):
+                self._json(200, {})
+
+            def do_HEAD(self):
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_POST(self):
+                raw = self._body()
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:
+                    body = {}
+                path = self.path.split("?")[0]
+                with outer.lock:
+                    outer.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                if path.endswith("/count_tokens"):
+                    return self._json(200, {"input_tokens": 10})
+                if not path.endswith("/v1/messages"):
+                    return self._json(200, {})
+                blocks, stop = outer.answer(body)
+                if body.get("stream"):
+                    self._stream(body, blocks, stop)
+                else:
+                    self._json(200, outer.message(body, blocks, stop))
+
+            def _json(self, code: int, obj: Any):
+                data = json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _stream(self, body: dict, blocks: list[dict], stop: str):
+                out = [_sse("message_start", {"type": "message_start", "message": outer.message(body, [], None)})]
+                for i, b in enumerate(blocks):
+                    if b["type"] == "text":
+                        out.append(_sse("content_block_start", {"type": "content_block_start", "index": i,
+                                                                "content_block": {"type": "text", "text": ""}}))
+                        out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": i,
+                                                                "delta": {"type": "text_delta", "text": b["text"]}}))
+                    else:
+                        out.append(_sse("content_block_start", {"type": "content_block_start", "index": i,
+                                                                "content_block": {"type": "tool_use", "id": b["id"],
+                                                                                  "name": b["name"], "input": {}}}))
+                        out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": i,
+                                                                "delta": {"type": "input_json_delta",
+                                                                          "partial_json": json.dumps(b["input"])}}))
+                    out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": i}))
+                out.append(_sse("message_delta", {"type": "message_delta",
+                                                  "delta": {"stop_reason": stop, "stop_sequence": None},
+                                                  "usage": {"output_tokens": 12}}))
+                out.append(_sse("message_stop", {"type": "message_stop"}))
+                data = b"".join(out)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    # -- lifecycle
+    def start(self) -> "FakeAnthropic":
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    # -- the scripted model
+    @staticmethod
+    def message(body: dict, content: list[dict], stop: str | None) -> dict:
+        return {"id": "msg_" + uuid.uuid4().hex[:20], "type": "message", "role": "assistant",
+                "model": body.get("model") or "claude-fake", "content": content, "stop_reason": stop,
+                "stop_sequence": None,
+                "usage": {"input_tokens": 10, "output_tokens": 1, "cache_creation_input_tokens": 0,
+                          "cache_read_input_tokens": 0}}
+
+    @staticmethod
+    def tool_names(body: dict) -> list[str]:
+        return [t.get("name") for t in body.get("tools") or () if isinstance(t, dict)]
+
+    def answer(self, body: dict) -> tuple[list[dict], str]:
+        msgs = body.get("messages") or []
+        tools = self.tool_names(body)
+        # the prompts of this conversation (user messages that are not tool results)
+        prompts = [i for i, m in enumerate(msgs) if m.get("role") == "user" and not _is_tool_result(m)]
+        if not prompts or not tools:
+            return [{"type": "text", "text": "ok"}], "end_turn"
+        first_prompt = _text_of(msgs[prompts[0]].get("content"))
+        last = prompts[-1]
+        last_prompt = _text_of(msgs[last].get("content"))
+        steps_done = sum(1 for m in msgs[last + 1:] if m.get("role") == "user" and _is_tool_result(m))
+        cwd = self._cwd(body)
+
+        def tool(name: str, inp: dict) -> tuple[list[dict], str]:
+            return [{"type": "text", "text": f"calling {name}"},
+                    {"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:20], "name": name, "input": inp}], "tool_use"
+
+        if SUBAGENT_PROMPT in first_prompt:
+            if steps_done == 0 and cwd:
+                return tool("Write", {"file_path": os.path.join(cwd, SUB_FILE), "content": "sub-agent was here\n"})
+            return [{"type": "text", "text": "sub-agent done"}], "end_turn"
+        if MAKE_STUFF in last_prompt:
+            plan = []
+            if cwd:
+                plan.append(("Write", {"file_path": os.path.join(cwd, CREATED_FILE), "content": "hello from claude\n"}))
+            if "TaskCreate" in tools:
+                plan.append(("TaskCreate", {"subject": "muxhost test task", "description": "a task made by the fake model",
+                                            "activeForm": "Making a task"}))
+            elif "TodoWrite" in tools:
+                plan.append(("TodoWrite", {"todos": [{"content": "muxhost test task", "status": "in_progress",
+                                                      "activeForm": "Making a task"}]}))
+            agent_tool = "Agent" if "Agent" in tools else ("Task" if "Task" in tools else None)
+            if agent_tool:
+                plan.append((agent_tool, {"description": "muxhost sub-agent", "subagent_type": "general-purpose",
+                                          "prompt": f"{SUBAGENT_PROMPT}: write a file"}))
+            if steps_done < len(plan):
+                return tool(*plan[steps_done])
+            return [{"type": "text", "text": "all done"}], "end_turn"
+        return [{"type": "text", "text": "hello, I am a fake model"}], "end_turn"
+
+    def _cwd(self, body: dict) -> str | None:
+        """The working directory, as claude states it in the system prompt ("Primary working directory: …")."""
+        import re
+
+        texts = [_text_of(body.get("system") if isinstance(body.get("system"), list) else [{"type": "text", "text": body.get("system") or ""}])]
+        for m in body.get("messages") or ():
+            texts.append(_text_of(m.get("content")))
+        for t in texts:
+            m = re.search(r"(?:Primary working directory|Working directory):\s*(\S+)", t)
+            if m:
+                return m.group(1)
+        return self.cwd_hint
+
+
+# --------------------------------------------------------------------------------------------------
+# a HOME seeded for the claude TUI (AGENTS.md: onboarding, trust, approved key)
+
+def claude_env(url: str) -> dict[str, str]:
+    return {
+        "ANTHROPIC_BASE_URL": url,
+        "ANTHROPIC_API_KEY": API_KEY,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL": "1",
+    }
+
+
+def seed_home(home: Path, trusted: list[str], config_dir: Path | None = None) -> None:
+    """Write ``.claude.json`` (onboarding done, key approved, ``trusted`` dirs trusted) and a
+    ``settings.json`` that allows the tools the scripted model calls, without prompts."""
+    home.mkdir(parents=True, exist_ok=True)
+    cfg_dir = config_dir or home / ".claude"
+    cfg_dir.mkdir(parents=True, exist_ok=True)
+    global_cfg = (config_dir / ".claude.json") if config_dir else home / ".claude.json"
+    data = {
+        "hasCompletedOnboarding": True,
+        "lastOnboardingVersion": "2.1.197",
+        "theme": "dark",
+        "numStartups": 5,
+        "customApiKeyResponses": {"approved": [API_KEY[-20:]], "rejected": []},
+        "projects": {os.path.realpath(t): {"hasTrustDialogAccepted": True, "allowedTools": []} for t in trusted},
+    }
+    global_cfg.write_text(json.dumps(data, indent=2) + "\n")
+    settings = {"permissions": {"allow": ["Write", "Edit", "Read", "TodoWrite", "TaskCreate", "TaskUpdate",
+                                          "Task", "Agent", "Bash"],
+                                "defaultMode": "acceptEdits"}}
+    (cfg_dir / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
+
+
+# --------------------------------------------------------------------------------------------------
+# hashing a tree, to prove "nothing touched"
+
+def tree_hash(*roots: str | os.PathLike, skip: tuple[str, ...] = ()) -> dict[str, str]:
+    """``{path: sha256}`` for every file (and ``path/: dir`` for folders) under the roots."""
+    out: dict[str, str] = {}
+    for root in roots:
+        root = Path(root)
+        if root.is_file():
+            out[str(root)] = hashlib.sha256(root.read_bytes()).hexdigest()
+            continue
+        if not root.is_dir():
+            continue
+        for dirpath, dirnames, filenames in os.walk(root):
+            if any(s in dirpath for s in skip):
+                continue
+            out[dirpath + "/"] = "dir"
+            for f in filenames:
+                p = os.path.join(dirpath, f)
+                if any(s in p for s in skip):
+                    continue
+                try:
+                    out[p] = hashlib.sha256(Path(p).read_bytes()).hexdigest()
+                except OSError:
+                    out[p] = "unreadable"
+    return out
+
+
+@pytest.fixture
+def fake_anthropic():
+    srv = FakeAnthropic().start()
+    yield srv
+    srv.stop()
