@@ -1,0 +1,79 @@
+"""The pane backend interface: everything pane-specific the host needs, small and typed.
+
+A backend creates a pane running an argv (with a cwd and an environment), types text, sends keys,
+captures the screen, gives one snapshot of all panes with their pids and options, and kills a pane or
+its session. The host never talks to tmux (or herdr) directly.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+RECORD_OPTION = "@muxhost_record"
+AGENT_OPTION = "@muxhost_agent"
+
+
+@dataclass(frozen=True)
+class PaneInfo:
+    pane_id: str
+    pid: int | None
+    dead: bool = False
+    dead_status: int | None = None
+    session_id: str = ""
+    session_name: str = ""
+    window_id: str = ""
+    cwd: str = ""
+    command: str = ""
+    record: str | None = None      # the @muxhost_record option
+    agent: str | None = None       # the @muxhost_agent option
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+class Backend(ABC):
+    """One terminal multiplexer server (a tmux socket, a herdr session)."""
+
+    name: str = ""
+
+    @abstractmethod
+    def snapshot(self) -> list[PaneInfo] | None:
+        """Every pane of the server in ONE query; None when no server is running."""
+
+    @abstractmethod
+    def create(self, argv: Sequence[str], *, cwd: str, env: Mapping[str, str], name: str,
+               target: str | None = None, split: str | None = None,
+               options: Mapping[str, str] = {}) -> tuple[PaneInfo, bool]:
+        """Start ``argv`` (as the pane's command, not typed into a shell) in a new session called
+        ``name``, or a new window of ``target``, or a split (``right``/``below``) of ``target``.
+        The pane keeps its last screen and exit status when the command ends, and carries
+        ``options``. Returns the pane and whether a session was created."""
+
+    @abstractmethod
+    def respawn(self, pane_id: str, argv: Sequence[str], *, cwd: str, env: Mapping[str, str]) -> PaneInfo:
+        """Run ``argv`` again in the (dead) pane ``pane_id``."""
+
+    @abstractmethod
+    def type_text(self, pane_id: str, text: str) -> None:
+        """Type ``text`` literally (no key names interpreted)."""
+
+    @abstractmethod
+    def send_keys(self, pane_id: str, *keys: str) -> None:
+        """Press keys by name: ``C-u``, ``Enter``."""
+
+    @abstractmethod
+    def capture(self, pane_id: str) -> str:
+        """The visible screen of the pane."""
+
+    @abstractmethod
+    def kill_pane(self, pane_id: str) -> None: ...
+
+    @abstractmethod
+    def kill_session(self, session_id: str) -> None: ...
+
+    def message(self, text: str, pane_id: str | None = None) -> None:
+        """Show a short message to the user (tmux: display-message). Optional."""
+
+    def location(self) -> str | None:
+        """What identifies this server in a record (tmux: the socket name)."""
+        return None

@@ -1,0 +1,181 @@
+"""The tmux backend: libtmux for commands, ONE ``list-panes -a -F`` for every snapshot.
+
+The snapshot runs tmux directly (no libtmux import) because ``muxhost ls`` must cost one tmux
+process and one process-table scan, whatever the number of records.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from typing import Mapping, Sequence
+
+from muxhost.backends import AGENT_OPTION, RECORD_OPTION, Backend, PaneInfo
+from muxhost.errors import MuxhostError, NotFound, UsageError
+
+SEP = "\x1f"
+_FIELDS = ("pane_id", "pane_pid", "pane_dead", "pane_dead_status", "session_id", "session_name",
+           "window_id", "pane_current_path", "pane_current_command", RECORD_OPTION, AGENT_OPTION)
+FORMAT = SEP.join("#{%s}" % f for f in _FIELDS)
+_NO_SERVER = ("no server running", "error connecting to", "No such file or directory", "server exited")
+
+
+def _parse(line: str) -> PaneInfo | None:
+    parts = line.split(SEP)
+    if len(parts) != len(_FIELDS):
+        return None
+    pid = int(parts[1]) if parts[1].isdigit() else None
+    status = int(parts[3]) if parts[3].lstrip("-").isdigit() else None
+    return PaneInfo(pane_id=parts[0], pid=pid, dead=parts[2] == "1", dead_status=status,
+                    session_id=parts[4], session_name=parts[5], window_id=parts[6], cwd=parts[7],
+                    command=parts[8], record=parts[9] or None, agent=parts[10] or None)
+
+
+class TmuxBackend(Backend):
+    name = "tmux"
+
+    def __init__(self, socket_name: str | None = None, config=None):
+        self.socket_name = socket_name
+        self.tmux_bin = shutil.which("tmux")
+        self._server = None
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _base(self) -> list[str]:
+        if not self.tmux_bin:
+            raise MuxhostError("tmux is not installed (no `tmux` on PATH)")
+        return [self.tmux_bin] + (["-L", self.socket_name] if self.socket_name else [])
+
+    def where(self) -> str:
+        return f"socket {self.socket_name!r}" if self.socket_name else "the default socket"
+
+    def _run(self, *args: str, check: bool = True, fast: bool = False) -> subprocess.CompletedProcess:
+        """Run one tmux command (a list joined by ";" elements is still one tmux process).
+        Commands go through libtmux; ``fast`` ones (the snapshot) call tmux directly."""
+        if fast:
+            p = subprocess.run(self._base() + list(args), capture_output=True, text=True,
+                               stdin=subprocess.DEVNULL)
+        else:
+            self._base()  # a clear error when tmux is missing
+            r = self.server.cmd(*args)
+            p = subprocess.CompletedProcess(r.cmd, r.returncode, "\n".join(r.stdout) + "\n",
+                                            "\n".join(r.stderr))
+        if check and p.returncode != 0:
+            err = (p.stderr or p.stdout).strip().splitlines()
+            msg = err[-1] if err else f"exit status {p.returncode}"
+            if any(s in msg for s in _NO_SERVER):
+                raise MuxhostError(f"no tmux server running on {self.where()}")
+            if "can't find" in msg:
+                raise NotFound(f"tmux: {msg}")
+            raise MuxhostError(f"tmux {args[0]} failed: {msg}")
+        return p
+
+    @property
+    def server(self):
+        """The libtmux Server (imported on first use only)."""
+        if self._server is None:
+            import libtmux
+
+            self._server = libtmux.Server(socket_name=self.socket_name, tmux_bin=self.tmux_bin)
+        return self._server
+
+    def location(self) -> str | None:
+        return self.socket_name
+
+    # -- queries ----------------------------------------------------------------------------
+    def snapshot(self) -> list[PaneInfo] | None:
+        p = self._run("list-panes", "-a", "-F", FORMAT, check=False, fast=True)
+        if p.returncode != 0:
+            msg = p.stderr.strip()
+            if any(s in msg for s in _NO_SERVER) or not msg:
+                return None
+            raise MuxhostError(f"tmux list-panes failed: {msg.splitlines()[-1]}")
+        return [pi for pi in map(_parse, p.stdout.splitlines()) if pi is not None]
+
+    def running(self) -> bool:
+        return self.snapshot() is not None
+
+    def pane(self, pane_id: str) -> PaneInfo | None:
+        for p in self.snapshot() or []:
+            if p.pane_id == pane_id:
+                return p
+        return None
+
+    # -- actions ----------------------------------------------------------------------------
+    @staticmethod
+    def _command(argv: Sequence[str]) -> list[str]:
+        # tmux runs a single argument through `sh -c`; make it exec so the agent IS the pane's process
+        argv = list(argv)
+        if len(argv) == 1:
+            return ["exec " + shlex.quote(argv[0])]
+        return argv
+
+    @staticmethod
+    def _env_args(env: Mapping[str, str]) -> list[str]:
+        out = []
+        for k, v in env.items():
+            out += ["-e", f"{k}={v}"]
+        return out
+
+    def _after(self, options: Mapping[str, str]) -> list[str]:
+        # in the same tmux command list, so they apply before the new process can exit
+        out = [";", "set-option", "-p", "remain-on-exit", "on"]
+        for k, v in options.items():
+            out += [";", "set-option", "-p", k, v]
+        return out
+
+    def create(self, argv, *, cwd, env, name, target=None, split=None, options={}):
+        fmt = ["-P", "-F", FORMAT]
+        cmd = self._command(argv)
+        tail = ["--", *cmd] + self._after(options)
+        if split:
+            if split not in ("right", "below"):
+                raise UsageError(f"--split must be 'right' or 'below', not {split!r}")
+            if not target:
+                target = os.environ.get("TMUX_PANE") if os.environ.get("TMUX") else None
+                if not target:
+                    raise UsageError("--split needs --target SESSION[:WINDOW] (or run it inside tmux)")
+            args = ["split-window", "-d", "-h" if split == "right" else "-v", "-t", target, "-c", cwd]
+            created = False
+        elif target:
+            tgt = target if ":" in target else target + ":"
+            args = ["new-window", "-d", "-a" if not tgt.endswith(":") else "", "-t", tgt, "-c", cwd]
+            args = [a for a in args if a]
+            created = False
+        else:
+            args = ["new-session", "-d", "-s", name, "-c", cwd, "-x", "200", "-y", "50"]
+            created = True
+        p = self._run(*args, *self._env_args(env), *fmt, *tail)
+        info = _parse(p.stdout.splitlines()[0]) if p.stdout.strip() else None
+        if info is None:
+            raise MuxhostError(f"tmux {args[0]} printed no pane")
+        return info, created
+
+    def respawn(self, pane_id, argv, *, cwd, env):
+        self._run("respawn-pane", "-k", "-t", pane_id, "-c", cwd, *self._env_args(env), "--", *self._command(argv))
+        info = self.pane(pane_id)
+        if info is None:
+            raise MuxhostError(f"pane {pane_id} vanished after respawn")
+        return info
+
+    def type_text(self, pane_id, text):
+        self._run("send-keys", "-t", pane_id, "-l", text)
+
+    def send_keys(self, pane_id, *keys):
+        self._run("send-keys", "-t", pane_id, *keys)
+
+    def capture(self, pane_id):
+        return self._run("capture-pane", "-p", "-J", "-t", pane_id).stdout
+
+    def kill_pane(self, pane_id):
+        self._run("kill-pane", "-t", pane_id, check=False)
+
+    def kill_session(self, session_id):
+        self._run("kill-session", "-t", session_id, check=False)
+
+    def message(self, text, pane_id=None):
+        args = ["display-message"]
+        if pane_id:
+            args += ["-t", pane_id]
+        self._run(*args, "-d", "8000", text.replace("#", "##"), check=False)

@@ -1,0 +1,369 @@
+"""The ``muxhost`` command line (argparse). ``cli(argv)`` returns the exit code; ``main()`` exits.
+
+``muxhost --help`` imports no plugin and no libtmux: the host is imported when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Sequence
+
+from muxhost import __version__
+from muxhost.errors import INCOMPLETE, MuxhostError, UsageError
+
+EXIT_CODES = """exit codes:
+  0 done · 1 failed (tmux, agent or I/O error) · 2 usage or config error · 3 not found
+  4 refused (in use, or vetoed) · 5 purge incomplete (something was left)"""
+
+CORE_COMMANDS = ("launch", "ls", "show", "stop", "resume", "purge", "reconcile", "plugins", "tmux-bindings")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, like every other usage error
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="muxhost", formatter_class=argparse.RawDescriptionHelpFormatter,
+                description="Run AI coding agents in tmux panes: launch, stop without orphans, resume, "
+                            "and purge one conversation safely. Agents are plugins.",
+                epilog=EXIT_CODES + "\n\nREF is a record id (or unique prefix), a record name, or a tmux pane id "
+                       "like %12.\nPlugins may add commands: see `muxhost plugins`.")
+    p.add_argument("--version", action="version", version=f"muxhost {__version__}")
+    p.add_argument("--config", metavar="FILE", help="config file (default: $MUXHOST_CONFIG, else "
+                   "$XDG_CONFIG_HOME/muxhost/config.yaml)")
+    p.add_argument("--socket", metavar="NAME", help="tmux socket name, as `tmux -L NAME` (default: "
+                   "$MUXHOST_TMUX_SOCKET, config tmux.socket_name, else your own tmux server)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    def cmd(name: str, help: str, description: str | None = None):
+        sp = sub.add_parser(name, help=help, description=description or help,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        return sp
+
+    def json_flag(sp):
+        sp.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+
+    sp = cmd("launch", "start an agent in a new tmux pane and print its record",
+             "Start AGENT (default: demo) in a new tmux session named after the record, or in a new window\n"
+             "of --target, or in a split of --target. The agent runs as the pane's command, with this\n"
+             "environment, the agent's config env, --env pairs, and MUXHOST_RECORD=<record id>.")
+    sp.add_argument("agent", nargs="?", help="agent name (see `muxhost plugins`); default: demo, or config default_agent")
+    sp.add_argument("--cwd", metavar="DIR", help="working directory (default: the current one)")
+    sp.add_argument("--name", metavar="N", help="record name, also the tmux session name")
+    sp.add_argument("--target", metavar="SESSION[:WINDOW]", help="start in this existing session instead")
+    sp.add_argument("--split", choices=("right", "below"), help="split the --target pane instead of a new window")
+    sp.add_argument("--home", metavar="DIR", help="run the agent with this HOME")
+    sp.add_argument("--env", metavar="K=V", action="append", default=[], help="extra environment (repeatable)")
+    sp.epilog = "Arguments after `--` go to the agent: muxhost launch claude -- --model opus"
+    json_flag(sp)
+
+    sp = cmd("ls", "list records with their live state",
+             "List live records (running or exited), or every record with --all. States: running, exited,\n"
+             "stopped, lost. The conversation id of running records is refreshed from the agent.")
+    sp.add_argument("--all", action="store_true", help="every record, stopped and lost ones too")
+    json_flag(sp)
+
+    sp = cmd("show", "one record, with its process tree and pane")
+    sp.add_argument("ref", metavar="REF")
+    json_flag(sp)
+
+    sp = cmd("stop", "stop an agent: /exit, then kill-session, SIGTERM, SIGKILL of the whole tree",
+             "The stop ladder: Ctrl-U + the agent's exit text + Enter; wait stop.exit_grace; kill the\n"
+             "session (or pane); SIGTERM every survivor; wait stop.term_grace; SIGKILL. The outcome names\n"
+             "the step that ended it: exit, hup, term or kill.")
+    sp.add_argument("ref", metavar="REF")
+    sp.add_argument("--grace", type=float, metavar="S", help="seconds to wait after the exit text (stop.exit_grace)")
+    json_flag(sp)
+
+    sp = cmd("resume", "resume the record's conversation in a new pane (same record)")
+    sp.add_argument("ref", metavar="REF")
+    sp.add_argument("--target", metavar="SESSION[:WINDOW]")
+    sp.add_argument("--split", choices=("right", "below"))
+    json_flag(sp)
+
+    sp = cmd("purge", "delete a conversation and its child conversations for good",
+             "Order: validate the id; refuse if in use (exit 4); list what is on disk (the plan;\n"
+             "--dry-run stops here); plugins may veto (exit 4); purge; list again: anything left is the\n"
+             "residual (exit 5). A conversation with nothing on disk exits 3.")
+    sp.add_argument("ref", metavar="REF", nargs="?", help="the record whose conversation to purge")
+    sp.add_argument("--agent", metavar="A", help="with --conversation: purge without a record")
+    sp.add_argument("--conversation", metavar="ID")
+    sp.add_argument("--pane", metavar="PANE", help="the conversation of the agent in this tmux pane (e.g. %%3)")
+    sp.add_argument("--home", metavar="DIR", help="with --agent: the HOME the agent ran with")
+    sp.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
+    sp.add_argument("--yes", "-y", action="store_true", help="do not ask")
+    sp.add_argument("--stop", action="store_true", help="run the stop ladder first")
+    sp.add_argument("--tmux-message", action="store_true", help=argparse.SUPPRESS)
+    json_flag(sp)
+
+    sp = cmd("reconcile", "compare records with tmux and the process table; fix drift; say what changed")
+    json_flag(sp)
+
+    sp = cmd("plugins", "agents and backends, with their package, version and hooks")
+    json_flag(sp)
+
+    sp = cmd("tmux-bindings", "print tmux lines that bind a key to purge the current pane's conversation")
+    sp.add_argument("--key", default="P", help="the key after the prefix (default: P)")
+    return p
+
+
+# -- output helpers -------------------------------------------------------------------------------
+def out_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, default=str))
+
+
+def _table(rows: list[list[str]], headers: list[str]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip() for r in [headers, *rows]]
+    return "\n".join(lines)
+
+
+def _load_host(args):
+    from muxhost import config as config_mod
+    from muxhost.host import Host
+
+    cfg = config_mod.load(args.config)
+    return Host(cfg, socket=args.socket)
+
+
+def _attach_hint(live, socket: str | None) -> str:
+    sock = f" -L {socket}" if socket else ""
+    if live.pane is None:
+        return ""
+    return f"  attach: tmux{sock} attach -t {live.pane.session_name or live.rec.name}"
+
+
+# -- commands -------------------------------------------------------------------------------------
+def cmd_launch(host, args) -> int:
+    extra = list(getattr(args, "agent_args", []))
+    agent = args.agent or host.config.data.get("default_agent") or "demo"
+    live = host.launch(agent, cwd=args.cwd, name=args.name, target=args.target, split=args.split,
+                       home=args.home, env=args.env, args=extra)
+    if args.json:
+        out_json(live.to_dict())
+    else:
+        print(f"launched {live.rec.agent} as {live.rec.name} (record {live.rec.id}) in pane {live.pane.pane_id}")
+        if live.rec.conversation_id:
+            print(f"  conversation: {live.rec.conversation_id}")
+        print(_attach_hint(live, live.rec.socket))
+    return 0
+
+
+def cmd_ls(host, args) -> int:
+    lives = host.ls(all_records=args.all)
+    if args.json:
+        out_json([lv.to_dict() for lv in lives])
+        return 0
+    if not lives:
+        print("no records" + ("" if args.all else " running (see `muxhost ls --all`)"))
+        return 0
+    rows = [[lv.rec.id, lv.rec.name, lv.rec.agent, lv.state, lv.pane.pane_id if lv.pane else "-",
+             lv.rec.conversation_id or "-", "yes" if lv.resumable else "no", lv.rec.cwd] for lv in lives]
+    print(_table(rows, ["ID", "NAME", "AGENT", "STATE", "PANE", "CONVERSATION", "RESUMABLE", "CWD"]))
+    return 0
+
+
+def cmd_show(host, args) -> int:
+    from muxhost import procs
+
+    rec = host.resolve(args.ref)
+    view = host.view([rec])
+    live = host.live(rec, view)
+    marked = procs.marked(rec.id, view.table, since=rec.launched_at)
+    seen = {p.pid for p in live.tree}
+    processes = [*live.tree, *[p for p in marked if p.pid not in seen]]
+    d = live.to_dict()
+    d["processes"] = [{"pid": p.pid, "ppid": p.ppid, "name": p.name, "cmdline": list(p.cmdline)} for p in processes]
+    d["pane_info"] = None if live.pane is None else {
+        "id": live.pane.pane_id, "pid": live.pane.pid, "dead": live.pane.dead, "dead_status": live.pane.dead_status,
+        "session": live.pane.session_name, "window": live.pane.window_id, "cwd": live.pane.cwd}
+    if args.json:
+        out_json(d)
+        return 0
+    for k in ("id", "name", "agent", "state", "conversation_id", "resumable", "cwd", "home", "pane", "session",
+              "exit_status", "outcome", "seconds"):
+        if k in d:
+            print(f"{k + ':':17}{d[k] if d[k] is not None else '-'}")
+    if processes:
+        print("processes:")
+        for p in d["processes"]:
+            print(f"  {p['pid']:>7}  {' '.join(p['cmdline']) or p['name']}")
+    return 0
+
+
+def cmd_stop(host, args) -> int:
+    rec = host.resolve(args.ref)
+    if args.grace is not None and args.grace < 0:
+        raise UsageError("--grace must be >= 0")
+    live = host.stop(rec, grace=args.grace)
+    if args.json:
+        out_json(live.to_dict())
+    else:
+        print(f"stopped {rec.name} ({rec.id}): {rec.outcome} after {rec.seconds:.2f}s")
+    return 0
+
+
+def cmd_resume(host, args) -> int:
+    rec = host.resolve(args.ref)
+    live = host.resume(rec, target=args.target, split=args.split)
+    if args.json:
+        out_json(live.to_dict())
+    else:
+        print(f"resumed {rec.conversation_id} as {rec.name} (record {rec.id}) in pane {live.pane.pane_id}")
+        print(_attach_hint(live, rec.socket))
+    return 0
+
+
+def _print_report(report, as_json: bool) -> None:
+    if as_json:
+        out_json(report.to_dict())
+        return
+    if report.dry_run:
+        print(f"would purge {report.agent} conversation {report.conversation_id}:")
+        for item in report.plan:
+            print(f"  {item}")
+    else:
+        print(f"purged {report.agent} conversation {report.conversation_id}: {len(report.removed)} removed")
+        for item in report.removed:
+            print(f"  - {item}")
+        for item in report.residual:
+            print(f"  left: {item}")
+    for note in report.notes:
+        print(f"  note: {note}")
+
+
+def _confirm(report) -> bool:
+    print(f"purge {report.agent} conversation {report.conversation_id}? this removes:", file=sys.stderr)
+    for item in report.plan:
+        print(f"  {item}", file=sys.stderr)
+    try:
+        answer = input("purge these for good? [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+def cmd_purge(host, args) -> int:
+    given = [x for x in (args.ref, args.pane) if x] + (["--agent/--conversation"] if (args.agent or args.conversation) else [])
+    if len(given) != 1:
+        raise UsageError("purge takes one of: REF, --pane PANE, or --agent A --conversation ID")
+    if (args.agent or args.conversation) and not (args.agent and args.conversation):
+        raise UsageError("--agent and --conversation go together")
+    confirm = None
+    if not args.yes and not args.dry_run:
+        if not sys.stdin.isatty():
+            raise UsageError("refusing to purge without --yes when stdin is not a terminal")
+        confirm = _confirm
+    if args.pane:
+        report = host.purge_pane(args.pane, dry_run=args.dry_run, stop=args.stop, confirm=confirm)
+    elif args.ref:
+        report = host.purge(rec=host.resolve(args.ref), dry_run=args.dry_run, stop=args.stop, confirm=confirm)
+    else:
+        report = host.purge(agent_name=args.agent, conversation_id=args.conversation, home=args.home,
+                            dry_run=args.dry_run, stop=args.stop, confirm=confirm)
+    _print_report(report, args.json)
+    if report.residual:
+        raise MuxhostError(f"purge incomplete: {len(report.residual)} item(s) left: {report.residual[0]}", INCOMPLETE)
+    return 0
+
+
+def cmd_reconcile(host, args) -> int:
+    changes = host.reconcile()
+    if args.json:
+        out_json({"changes": changes})
+    else:
+        print("\n".join(changes) if changes else "nothing drifted")
+    return 0
+
+
+def cmd_plugins(host, args) -> int:
+    info = host.registry.describe()
+    if args.json:
+        out_json(info)
+        return 0
+    print(_table([[a["name"], a["package"], a["version"], a["plugin"]] for a in info["agents"]],
+                 ["AGENT", "PACKAGE", "VERSION", "PLUGIN"]))
+    print()
+    print(_table([[b["name"], b["package"], b["version"], b["plugin"]] for b in info["backends"]],
+                 ["BACKEND", "PACKAGE", "VERSION", "PLUGIN"]))
+    print()
+    print(_table([[p["name"], p["package"], ", ".join(p["hooks"])] for p in info["plugins"]],
+                 ["PLUGIN", "PACKAGE", "HOOKS"]))
+    return 0
+
+
+def cmd_tmux_bindings(host, args) -> int:
+    from muxhost.keys import bindings
+
+    print(bindings(args.key, socket=host.socket))
+    return 0
+
+
+COMMANDS = {"launch": cmd_launch, "ls": cmd_ls, "show": cmd_show, "stop": cmd_stop, "resume": cmd_resume,
+            "purge": cmd_purge, "reconcile": cmd_reconcile, "plugins": cmd_plugins,
+            "tmux-bindings": cmd_tmux_bindings}
+
+
+def _command_word(argv: Sequence[str]) -> str | None:
+    it = iter(argv)
+    for a in it:
+        if a in ("--config", "--socket"):
+            next(it, None)
+        elif a.startswith("-"):
+            continue
+        else:
+            return a
+    return None
+
+
+def cli(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    host = None
+    try:
+        word = _command_word(argv)
+        if word is not None and word not in CORE_COMMANDS:
+            # a plugin's command: plugins may add subparsers
+            global_args, _ = parser.parse_known_args(argv[:argv.index(word)])
+            host = _load_host(global_args)
+            sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+            host.pm.hook.muxhost_register_commands(subparsers=sub)
+        agent_args: list[str] = []
+        if word == "launch" and "--" in argv:  # everything after `--` is the agent's
+            cut = argv.index("--")
+            argv, agent_args = argv[:cut], argv[cut + 1:]
+        args = parser.parse_args(argv)
+        args.agent_args = agent_args
+        if not args.command:
+            parser.print_help()
+            return 2
+        if host is None:
+            host = _load_host(args)
+        func = COMMANDS.get(args.command) or getattr(args, "func", None)
+        if func is None:
+            raise UsageError(f"command {args.command!r} has no handler")
+        if args.command in COMMANDS:
+            return func(host, args) or 0
+        args.host = host
+        return func(args) or 0
+    except MuxhostError as e:
+        print(f"muxhost: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("muxhost: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+    except Exception as e:  # never a traceback for the user; MUXHOST_DEBUG=1 shows it
+        if os.environ.get("MUXHOST_DEBUG"):
+            raise
+        print(f"muxhost: internal error: {type(e).__name__}: {e} (MUXHOST_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 1
+
+
+def main() -> None:
+    sys.exit(cli())

@@ -1,0 +1,210 @@
+"""config.yaml: found, parsed and validated with errors that name the file, the line and the key.
+
+Looked up as ``--config``, else ``$MUXHOST_CONFIG``, else ``$XDG_CONFIG_HOME/muxhost/config.yaml``
+(``~/.config/muxhost/config.yaml``); no file is fine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from muxhost.errors import ConfigError
+
+# shape of a value: str, "num", bool, [str] list of str, {"*": ...} mapping with any keys, or a
+# dict of known keys
+_STR = "str"
+_NUM = "num"
+_STRLIST = "strlist"
+_STRMAP = "strmap"
+_OPT_STR = "optstr"
+_ANY_MAP = "anymap"
+
+AGENT_KEYS = {
+    "command": _STRLIST,      # config agents: argv to start it ({conversation_id} = a new uuid4)
+    "resume": _STRLIST,       # argv with {conversation_id}
+    "exit_text": _OPT_STR,    # typed by the stop ladder; null = no graceful exit
+    "process_names": _STRLIST,
+    "env": _STRMAP,
+    "id_pattern": _STR,
+    "binary": _STR,           # plugin agents: the executable to run
+    "args": _STRLIST,         # extra arguments appended at launch
+    "options": _ANY_MAP,      # free-form, for a plugin's own settings
+}
+
+SCHEMA: dict[str, Any] = {
+    "tmux": {"socket_name": _STR},
+    "stop": {"exit_grace": _NUM, "term_grace": _NUM, "hup_grace": _NUM, "exit_pause": _NUM},
+    "default_agent": _STR,
+    "agents": {"*": AGENT_KEYS},
+}
+
+DEFAULTS = {"exit_grace": 5.0, "term_grace": 2.0, "hup_grace": 1.0, "exit_pause": 0.5}
+
+
+@dataclass
+class Config:
+    path: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    lines: dict[str, int] = field(default_factory=dict)  # dotted key -> line number
+
+    def stop(self, key: str) -> float:
+        return float(self.data.get("stop", {}).get(key, DEFAULTS[key]))
+
+    @property
+    def socket_name(self) -> str | None:
+        return self.data.get("tmux", {}).get("socket_name")
+
+    @property
+    def agents(self) -> dict[str, dict[str, Any]]:
+        return self.data.get("agents") or {}
+
+    def agent(self, name: str) -> dict[str, Any]:
+        return dict(self.agents.get(name) or {})
+
+    def where(self, key: str) -> str:
+        line = self.lines.get(key)
+        return f"{self.path}: line {line}: " if line else (f"{self.path}: " if self.path else "")
+
+    def error(self, key: str, message: str) -> ConfigError:
+        return ConfigError(f"{self.where(key)}{key}: {message}")
+
+
+def find_config(explicit: str | None, env: dict[str, str] | None = None) -> Path | None:
+    env = os.environ if env is None else env
+    if explicit:
+        return Path(explicit)
+    if env.get("MUXHOST_CONFIG"):
+        return Path(env["MUXHOST_CONFIG"])
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "muxhost" / "config.yaml"
+
+
+def load(explicit: str | None = None) -> Config:
+    path = find_config(explicit)
+    if path is None:
+        return Config()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if explicit:
+            raise ConfigError(f"{path}: no such config file")
+        return Config()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read config: {e}")
+    return parse(text, str(path))
+
+
+def parse(text: str, path: str = "<config>") -> Config:
+    import yaml
+
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = f"line {mark.line + 1}: " if mark else ""
+        raise ConfigError(f"{path}: {line}YAML syntax error: {e.problem or e}")
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: YAML error: {e}")
+    cfg = Config(path=path)
+    if node is None:
+        return cfg
+    lines: dict[str, int] = {}
+    cfg.data = _check(node, SCHEMA, "", path, lines)
+    cfg.lines = lines
+    for name, entry in cfg.agents.items():
+        if "id_pattern" in entry:
+            try:
+                re.compile(entry["id_pattern"])
+            except re.error as e:
+                raise cfg.error(f"agents.{name}.id_pattern", f"not a valid regular expression ({e})")
+        for key in ("command", "resume"):
+            if key in entry and not entry[key]:
+                raise cfg.error(f"agents.{name}.{key}", "must not be empty")
+    return cfg
+
+
+def _fail(path: str, node, key: str, message: str) -> ConfigError:
+    return ConfigError(f"{path}: line {node.start_mark.line + 1}: {key or 'top level'}: {message}")
+
+
+def _scalar(node, path: str, key: str):
+    import yaml
+
+    if not isinstance(node, yaml.ScalarNode):
+        raise _fail(path, node, key, "expected a single value")
+    return yaml.safe_load(yaml.serialize(node))
+
+
+def _check(node, shape, key: str, path: str, lines: dict[str, int]):
+    import yaml
+
+    lines[key] = node.start_mark.line + 1
+    if isinstance(shape, dict):
+        if not isinstance(node, yaml.MappingNode):
+            raise _fail(path, node, key, "expected a mapping")
+        out: dict[str, Any] = {}
+        for knode, vnode in node.value:
+            k = _scalar(knode, path, key)
+            if not isinstance(k, str):
+                raise _fail(path, knode, key, f"keys must be strings, got {k!r}")
+            sub = f"{key}.{k}" if key else k
+            if k in out:
+                raise _fail(path, knode, sub, "duplicate key")
+            if "*" in shape:
+                spec = shape["*"]
+            elif k in shape:
+                spec = shape[k]
+            else:
+                known = ", ".join(sorted(shape))
+                raise _fail(path, knode, sub, f"unknown key (known: {known})")
+            if isinstance(spec, dict) and isinstance(vnode, yaml.ScalarNode) and vnode.tag.endswith(":null"):
+                lines[sub] = vnode.start_mark.line + 1
+                out[k] = {}  # an empty section (`agents:` with nothing under it)
+                continue
+            out[k] = _check(vnode, spec, sub, path, lines)
+        return out
+    if shape == _ANY_MAP:
+        if not isinstance(node, yaml.MappingNode):
+            raise _fail(path, node, key, "expected a mapping")
+        return yaml.safe_load(yaml.serialize(node))
+    if shape == _STRLIST:
+        if not isinstance(node, yaml.SequenceNode):
+            raise _fail(path, node, key, "expected a list of strings")
+        items = []
+        for item in node.value:
+            v = _scalar(item, path, key)
+            if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+                raise _fail(path, item, key, f"expected a list of strings, got {v!r}")
+            items.append(str(v))
+        return items
+    if shape == _STRMAP:
+        if not isinstance(node, yaml.MappingNode):
+            raise _fail(path, node, key, "expected a mapping of names to strings")
+        out = {}
+        for knode, vnode in node.value:
+            k = _scalar(knode, path, key)
+            v = _scalar(vnode, path, f"{key}.{k}")
+            if not isinstance(k, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+                raise _fail(path, knode, f"{key}.{k}", "not a valid environment variable name")
+            if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+                raise _fail(path, vnode, f"{key}.{k}", f"expected a string, got {v!r}")
+            out[k] = str(v)
+        return out
+    value = _scalar(node, path, key)
+    if shape == _STR:
+        if not isinstance(value, str):
+            raise _fail(path, node, key, f"expected a string, got {value!r}")
+        return value
+    if shape == _OPT_STR:
+        if value is not None and not isinstance(value, str):
+            raise _fail(path, node, key, f"expected a string or null, got {value!r}")
+        return value
+    if shape == _NUM:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise _fail(path, node, key, f"expected a number of seconds >= 0, got {value!r}")
+        return float(value)
+    raise AssertionError(shape)

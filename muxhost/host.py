@@ -1,0 +1,530 @@
+"""The host: launch / stop / resume / purge / reconcile, written once for every agent.
+
+Nothing here names an agent: agents come from plugins (:mod:`muxhost.plugins`), panes from a backend
+(:mod:`muxhost.backends`), processes from :mod:`muxhost.procs`, records from :mod:`muxhost.store`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from muxhost import procs
+from muxhost.agent import Agent, AgentContext, Launch, PurgeReport
+from muxhost.backends import AGENT_OPTION, RECORD_OPTION, Backend, PaneInfo
+from muxhost.config import Config
+from muxhost.errors import MuxhostError, NotFound, PurgeIncomplete, Refused, UsageError
+from muxhost.store import Record, Store
+
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_XDG_VARS = ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR")
+# what the launching client's tmux says about ITSELF; the agent's pane gets its own
+_DROP_ENV = ("TMUX", "TMUX_PANE")
+STARTING_GRACE = 30.0  # a `starting` record without a pane after this long is lost
+
+
+@dataclass
+class View:
+    """One look at the world: every pane (one tmux query per server) and the process table."""
+
+    panes: dict[str | None, list[PaneInfo] | None]
+    table: procs.ProcessTable
+
+    def pane_for(self, rec: Record) -> PaneInfo | None:
+        panes = self.panes.get(rec.socket) or []
+        by_option = [p for p in panes if p.record == rec.id]
+        if by_option:
+            alive = [p for p in by_option if not p.dead]
+            return (alive or by_option)[0]
+        return None
+
+    def server_running(self, socket: str | None) -> bool:
+        return self.panes.get(socket) is not None
+
+
+@dataclass
+class Live:
+    """A record with what is true now."""
+
+    rec: Record
+    state: str
+    pane: PaneInfo | None
+    tree: list[procs.Proc] = field(default_factory=list)
+    resumable: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.rec
+        d = {
+            "id": r.id, "agent": r.agent, "name": r.name, "state": self.state,
+            "conversation_id": r.conversation_id, "cwd": r.cwd,
+            "pane": self.pane.pane_id if self.pane else None,
+            "resumable": self.resumable,
+            "session": (self.pane.session_name if self.pane else None),
+            "home": r.home, "socket": r.socket, "backend": r.backend, "argv": r.argv,
+            "launched_at": r.launched_at, "stopped_at": r.stopped_at,
+            "exit_status": self.pane.dead_status if self.pane and self.pane.dead else None,
+            "pids": [p.pid for p in self.tree],
+        }
+        if r.outcome:
+            d["outcome"], d["seconds"] = r.outcome, r.seconds
+        return d
+
+
+class Host:
+    def __init__(self, config: Config | None = None, socket: str | None = None, pm=None,
+                 store: Store | None = None):
+        from muxhost.plugins import Registry, get_plugin_manager
+
+        self.config = config or Config()
+        self.pm = pm or get_plugin_manager(self.config)
+        self.registry = Registry(self.pm)
+        for name, entry in self.config.agents.items():
+            if not entry.get("command") and name not in self.registry.agents:
+                raise self.config.error(f"agents.{name}", f"no plugin provides agent {name!r} and the entry has no `command`")
+        self.socket = socket or os.environ.get("MUXHOST_TMUX_SOCKET") or self.config.socket_name or None
+        self._store = store
+        self._backends: dict[tuple[str, str | None], Backend] = {}
+
+    # -- plumbing ---------------------------------------------------------------------------------
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = Store()
+        return self._store
+
+    def backend(self, socket: str | None = None, name: str = "tmux") -> Backend:
+        key = (name, socket)
+        if key not in self._backends:
+            factory = self.registry.backends.get(name)
+            if factory is None:
+                raise MuxhostError(f"no backend {name!r} is installed (known: {', '.join(sorted(self.registry.backends))})")
+            self._backends[key] = factory(socket, self.config)
+        return self._backends[key]
+
+    def hook(self):
+        return self.pm.hook
+
+    def stop_setting(self, key: str) -> float:
+        return self.config.stop(key)
+
+    def view(self, records: Iterable[Record] = (), sockets: Iterable[str | None] = ()) -> View:
+        wanted = {r.socket for r in records} | set(sockets)
+        panes = {s: self.backend(s).snapshot() for s in wanted}
+        return View(panes, procs.ProcessTable.snapshot())
+
+    # -- live state -----------------------------------------------------------------------------
+    def live(self, rec: Record, view: View, agent: Agent | None = None, check_resumable: bool = True) -> Live:
+        pane = view.pane_for(rec)
+        tree: list[procs.Proc] = []
+        if pane is not None and not pane.dead:
+            tree = view.table.tree(pane.pid)
+            state = "running" if tree else "exited"
+        elif pane is not None:
+            state = "exited"
+        elif rec.state == "stopped":
+            state = "stopped"
+        elif rec.state == "starting" and time.time() - rec.created_at < STARTING_GRACE:
+            state = "starting"
+        else:
+            state = "lost"
+        live = Live(rec, state, pane, tree)
+        if check_resumable and rec.conversation_id and state != "running":
+            agent = agent or self.registry.agents.get(rec.agent)
+            live.resumable = self._resumable(agent, rec)
+        return live
+
+    def _resumable(self, agent: Agent | None, rec: Record) -> bool:
+        if agent is None or not agent.valid_id(rec.conversation_id):
+            return False
+        try:
+            return bool(agent.exists(self.context(rec), rec.conversation_id))
+        except Exception:
+            return False
+
+    def context(self, rec: Record, pids: Iterable[int] = (), claimed: Iterable[str] = ()) -> AgentContext:
+        cfg = self.config.agent(rec.agent)
+        return AgentContext(home=rec.home, env=dict(rec.env), cwd=rec.cwd, launched_at=rec.launched_at,
+                            pids=list(pids), claimed=frozenset(claimed), config=cfg,
+                            args=list(cfg.get("args") or []), conversation_id=rec.conversation_id,
+                            record_id=rec.id)
+
+    def refresh(self, lives: list[Live]) -> None:
+        """Ask each running record's plugin which conversation it is in now (discover)."""
+        running = [lv for lv in lives if lv.state == "running"]
+        for lv in running:
+            agent = self.registry.agents.get(lv.rec.agent)
+            if agent is None:
+                continue
+            claimed = {o.rec.conversation_id for o in running
+                       if o is not lv and o.rec.agent == lv.rec.agent and o.rec.conversation_id}
+            try:
+                cid = agent.discover(self.context(lv.rec, [p.pid for p in lv.tree], claimed))
+            except Exception:
+                continue
+            if cid and cid != lv.rec.conversation_id and agent.valid_id(cid) and cid not in claimed:
+                self.store.update(lv.rec, conversation_id=cid)
+
+    def ls(self, all_records: bool = False) -> list[Live]:
+        records = self.store.all()
+        view = self.view(records)
+        lives = [self.live(r, view, check_resumable=False) for r in records]
+        self.refresh(lives)
+        for lv in lives:
+            if lv.rec.conversation_id and lv.state != "running":
+                lv.resumable = self._resumable(self.registry.agents.get(lv.rec.agent), lv.rec)
+            elif lv.state == "running":
+                lv.resumable = self._resumable(self.registry.agents.get(lv.rec.agent), lv.rec)
+        if not all_records:
+            lives = [lv for lv in lives if lv.state in ("running", "exited", "starting")]
+        return lives
+
+    # -- REF ----------------------------------------------------------------------------------
+    def resolve(self, ref: str) -> Record:
+        records = self.store.all()
+        if ref.startswith("%"):
+            view = self.view(records, [self.socket])
+            for rec in reversed(records):
+                pane = view.pane_for(rec)
+                if pane is not None and pane.pane_id == ref and rec.socket == self.socket:
+                    return rec
+            if not view.server_running(self.socket):
+                raise MuxhostError(f"no tmux server running on {self.backend(self.socket).where()}")
+            raise NotFound(f"no muxhost record for pane {ref}")
+        exact = [r for r in records if r.id == ref]
+        if exact:
+            return exact[0]
+        named = [r for r in records if r.name == ref]
+        if len(named) > 1:
+            current = [r for r in named if r.state != "stopped"]
+            if len(current) == 1:
+                return current[0]
+        if not named:
+            named = [r for r in records if r.id.startswith(ref)] if len(ref) >= 2 else []
+        if len(named) == 1:
+            return named[0]
+        if not named:
+            raise NotFound(f"no record matches {ref!r} (see `muxhost ls --all`)")
+        ids = ", ".join(f"{r.id} ({r.name})" for r in named[:6])
+        raise UsageError(f"{ref!r} matches {len(named)} records: {ids}; use a longer id")
+
+    # -- launch ---------------------------------------------------------------------------------
+    def agent_env(self, base: dict[str, str], home: str | None, agent_name: str,
+                  extra: Iterable[str] = ()) -> tuple[str, dict[str, str]]:
+        env = {k: v for k, v in base.items() if k not in _DROP_ENV}
+        caller_home = base.get("HOME") or os.path.expanduser("~")
+        home = os.path.abspath(os.path.expanduser(home)) if home else caller_home
+        if home and not os.path.isdir(home):
+            raise UsageError(f"--home {home}: no such directory")
+        if os.path.realpath(home) != os.path.realpath(caller_home):
+            # another HOME: the caller's XDG dirs belong to the caller's home, not this one
+            for var in _XDG_VARS:
+                env.pop(var, None)
+        env["HOME"] = home
+        env.update(self.config.agent(agent_name).get("env") or {})
+        for pair in extra:
+            key, sep, value = pair.partition("=")
+            if not sep or not ENV_RE.fullmatch(key):
+                raise UsageError(f"--env {pair!r}: expected KEY=VALUE")
+            env[key] = value
+        return home, env
+
+    def launch(self, agent_name: str, *, cwd: str | None = None, name: str | None = None,
+               target: str | None = None, split: str | None = None, home: str | None = None,
+               env: Iterable[str] = (), args: Iterable[str] = ()) -> Live:
+        agent = self.registry.agent(agent_name)
+        cwd = os.path.abspath(os.path.expanduser(cwd or os.getcwd()))
+        if not os.path.isdir(cwd):
+            raise UsageError(f"--cwd {cwd}: no such directory")
+        rid = secrets.token_hex(4)
+        name = name or f"{agent.name}-{rid}"
+        if not NAME_RE.fullmatch(name):
+            raise UsageError(f"--name {name!r}: use letters, digits, '-' and '_' (up to 64)")
+        for other in self.store.all():
+            if other.name == name and other.state != "stopped":
+                raise UsageError(f"--name {name!r} is already used by record {other.id}")
+        home, full_env = self.agent_env(dict(os.environ), home, agent.name, env)
+        full_env[procs.RECORD_ENV] = rid
+        cfg = self.config.agent(agent.name)
+        ctx = AgentContext(home=home, env=dict(full_env), cwd=cwd, launched_at=time.time(), config=cfg,
+                           args=list(cfg.get("args") or []) + list(args), record_id=rid)
+        launch = self._checked_launch(agent, agent.launch(ctx))
+        full_env.update(launch.env)
+        rec = Record(id=rid, name=name, agent=agent.name, cwd=cwd, home=home, launched_at=ctx.launched_at,
+                     socket=self.socket, conversation_id=launch.conversation_id, env=full_env,
+                     argv=list(launch.argv))
+        self.store.insert(rec)  # `starting`: a launch killed from here on is seen as lost, never half
+        return self._start(rec, agent, launch, target=target, split=split)
+
+    def _checked_launch(self, agent: Agent, launch: Launch) -> Launch:
+        if not isinstance(launch, Launch) or not launch.argv or not all(isinstance(a, str) for a in launch.argv):
+            raise MuxhostError(f"agent {agent.name!r} returned no command to run")
+        if launch.conversation_id is not None and not agent.valid_id(launch.conversation_id):
+            raise MuxhostError(f"agent {agent.name!r} chose an invalid conversation id {launch.conversation_id!r}")
+        return launch
+
+    def _start(self, rec: Record, agent: Agent, launch: Launch, target=None, split=None,
+               respawn_pane: str | None = None) -> Live:
+        backend = self.backend(rec.socket)
+        env = dict(rec.env)
+        env.update(launch.env)
+        try:
+            if respawn_pane:
+                pane = backend.respawn(respawn_pane, launch.argv, cwd=rec.cwd, env=env)
+                created = rec.created_session
+            else:
+                pane, created = backend.create(launch.argv, cwd=rec.cwd, env=env, name=rec.name, target=target,
+                                               split=split, options={RECORD_OPTION: rec.id, AGENT_OPTION: rec.agent})
+        except MuxhostError:
+            if rec.state == "starting":
+                self._forget(rec)
+            raise
+        pids = []
+        if pane.pid:
+            try:
+                import psutil
+
+                pids = [[pane.pid, psutil.Process(pane.pid).create_time()]]
+            except Exception:
+                pids = []
+        self.store.update(rec, state="running", pane=pane.pane_id, session=pane.session_id if created else rec.session,
+                          created_session=created, pids=pids, stopped_at=None, outcome=None, seconds=None,
+                          conversation_id=launch.conversation_id or rec.conversation_id, argv=list(launch.argv))
+        live = Live(rec, "running", pane, procs.ProcessTable.snapshot().tree(pane.pid) if pane.pid else [])
+        self.pm.hook.muxhost_agent_launched(record=live.to_dict())
+        return live
+
+    def _forget(self, rec: Record) -> None:
+        with self.store.transaction() as con:
+            con.execute("DELETE FROM records WHERE id = ? AND state = 'starting'", (rec.id,))
+
+    # -- stop -------------------------------------------------------------------------------------
+    def stop(self, rec: Record, grace: float | None = None, view: View | None = None) -> Live:
+        """The stop ladder (CONTRACT §3), run to completion in this process."""
+        t0 = time.monotonic()
+        agent = self.registry.agents.get(rec.agent)
+        backend = self.backend(rec.socket)
+        view = view or self.view([rec])
+        pane = view.pane_for(rec)
+        live = self.live(rec, view, agent, check_resumable=False)
+        if live.state == "running":
+            self.refresh([live])  # the conversation it is in right now, before it goes
+        victims = {p.key: p for p in live.tree}
+        victims.update({p.key: p for p in procs.marked(rec.id, view.table, since=rec.launched_at)})
+        exit_grace = self.stop_setting("exit_grace") if grace is None else grace
+        outcome = None
+
+        agent_proc = view.table.get(pane.pid) if pane is not None and not pane.dead else None
+        exit_text = agent.exit_text if agent is not None else None
+        if agent_proc is not None and exit_text is not None and procs.same_process(*agent_proc.key):
+            # 1. Ctrl-U, the exit text, a pause, Enter — only while the agent itself is there
+            backend.send_keys(pane.pane_id, "C-u")
+            backend.type_text(pane.pane_id, exit_text)
+            time.sleep(getattr(agent, "exit_pause", None) or self.stop_setting("exit_pause"))
+            if procs.same_process(*agent_proc.key):
+                backend.send_keys(pane.pane_id, "Enter")
+            # 2. wait for every process of the record to end
+            if not procs.wait_gone(victims, exit_grace):
+                outcome = "exit"
+        elif not procs.alive(victims):
+            outcome = "exit"  # it had already ended: clean up without typing a key
+
+        if outcome is None:
+            # the whole set again, just before the pane goes: children started meanwhile count too
+            table = procs.ProcessTable.snapshot()
+            if agent_proc is not None:
+                for p in table.tree(agent_proc.pid):
+                    if p.pid != agent_proc.pid or p.key == agent_proc.key:
+                        victims[p.key] = p
+            victims.update({p.key: p for p in procs.marked(rec.id, table, since=rec.launched_at)})
+            if not procs.alive(victims):
+                outcome = "exit"
+
+        # 3. kill-session when muxhost created it, else kill-pane (tmux sends SIGHUP)
+        if pane is not None:
+            if rec.created_session and rec.session and rec.session == pane.session_id:
+                backend.kill_session(rec.session)
+            else:
+                backend.kill_pane(pane.pane_id)
+        if outcome is None:
+            survivors = procs.wait_gone(victims, self.stop_setting("hup_grace"))
+            if not survivors:
+                outcome = "hup"
+            else:
+                # 4. SIGTERM to every survivor
+                for key in survivors:
+                    procs.signal_if_same(*key, procs.SIGTERM)
+                survivors = procs.wait_gone(survivors, self.stop_setting("term_grace"))
+                if not survivors:
+                    outcome = "term"
+                else:
+                    # 5. SIGKILL to every survivor (and whatever they forked meanwhile)
+                    outcome = "kill"
+                    self._kill_all(rec, survivors)
+        seconds = round(time.monotonic() - t0, 3)
+        self.store.update(rec, state="stopped", stopped_at=time.time(), outcome=outcome, seconds=seconds)
+        result = Live(rec, "stopped", None, [])
+        result.resumable = self._resumable(agent, rec)
+        self.pm.hook.muxhost_agent_stopped(record=result.to_dict(), outcome=outcome)
+        return result
+
+    def _kill_all(self, rec: Record, survivors: list[tuple[int, float]]) -> None:
+        keys = set(survivors)
+        for _ in range(10):
+            table = procs.ProcessTable.snapshot()
+            for pid, ct in list(keys):
+                for p in table.tree(pid):
+                    if p.pid != pid or abs(p.create_time - ct) < 0.01:
+                        keys.add(p.key)
+            keys.update(p.key for p in procs.marked(rec.id, table, since=rec.launched_at))
+            for key in keys:
+                procs.signal_if_same(*key, procs.SIGKILL)
+            keys = set(procs.wait_gone(keys, 2.0))
+            if not keys:
+                return
+        left = ", ".join(str(pid) for pid, _ in keys)
+        raise MuxhostError(f"record {rec.id}: processes {left} survived SIGKILL")
+
+    # -- resume -----------------------------------------------------------------------------------
+    def resume(self, rec: Record, target: str | None = None, split: str | None = None) -> Live:
+        agent = self.registry.agent(rec.agent)
+        view = self.view([rec])
+        live = self.live(rec, view, agent, check_resumable=False)
+        if live.state in ("running", "starting"):
+            where = f" in pane {live.pane.pane_id}" if live.pane else ""
+            raise Refused(f"record {rec.id} is {live.state}{where}; stop it first")
+        cid = rec.conversation_id
+        if not cid:
+            raise NotFound(f"record {rec.id} has no conversation id to resume")
+        self.check_id(agent, cid)
+        if not os.path.isdir(rec.cwd):
+            raise NotFound(f"cannot resume {rec.id}: its directory {rec.cwd} no longer exists")
+        ctx = self.context(rec)
+        if not agent.exists(ctx, cid):
+            raise NotFound(f"conversation {cid} of agent {agent.name} no longer exists")
+        try:
+            launch = self._checked_launch(agent, agent.resume(ctx, cid))
+        except NotImplementedError as e:
+            raise UsageError(str(e) or f"agent {agent.name!r} cannot resume") from None
+        if launch.conversation_id is None:
+            launch.conversation_id = cid
+        self.store.update(rec, launched_at=time.time())
+        respawn = live.pane.pane_id if live.pane is not None and live.pane.dead and not (target or split) else None
+        return self._start(rec, agent, launch, target=target, split=split, respawn_pane=respawn)
+
+    # -- purge ------------------------------------------------------------------------------------
+    @staticmethod
+    def check_id(agent: Agent, conversation_id: str) -> None:
+        if not agent.valid_id(conversation_id):
+            raise UsageError(f"{conversation_id!r} is not a valid {agent.name} conversation id")
+
+    def purge(self, *, rec: Record | None = None, agent_name: str | None = None,
+              conversation_id: str | None = None, home: str | None = None, dry_run: bool = False,
+              stop: bool = False, confirm: Callable[[PurgeReport], bool] | None = None) -> PurgeReport:
+        """validate → in_use → artifacts (the plan) → veto → purge → artifacts (the residual)."""
+        if rec is not None:
+            agent = self.registry.agent(rec.agent)
+            if conversation_id is None:
+                if rec.state != "stopped":
+                    view = self.view([rec])
+                    self.refresh([self.live(rec, view, agent, check_resumable=False)])
+                conversation_id = rec.conversation_id
+            if not conversation_id:
+                raise NotFound(f"record {rec.id} has no conversation id: nothing to purge")
+        else:
+            agent = self.registry.agent(agent_name or "")
+            if conversation_id is None:
+                raise UsageError("purge needs a REF, or --agent and --conversation")
+        self.check_id(agent, conversation_id)
+        if rec is None:
+            rec = self._record_for(agent.name, conversation_id)
+        if rec is not None:
+            ctx = self.context(rec)
+        else:
+            h, env = self.agent_env(dict(os.environ), home, agent.name)
+            ctx = AgentContext(home=h, env=env, cwd=os.getcwd(), config=self.config.agent(agent.name))
+
+        if stop and rec is not None:
+            live = self.live(rec, self.view([rec]), agent, check_resumable=False)
+            if live.state in ("running", "exited", "starting"):
+                self.stop(rec)
+        holders = self._holders(agent, ctx, conversation_id)
+        if holders:
+            raise Refused(f"conversation {conversation_id} is in use: " + "; ".join(holders))
+        report = PurgeReport(agent=agent.name, conversation_id=conversation_id, record=rec.id if rec else None)
+        report.plan = list(agent.artifacts(ctx, conversation_id))
+        if not report.plan:
+            raise NotFound(f"nothing to purge: conversation {conversation_id} of agent {agent.name} has no artifacts")
+        if dry_run:
+            report.dry_run = True
+            report.notes = list(ctx.notes)
+            return report
+        if confirm is not None and not confirm(report):
+            raise Refused("purge cancelled")
+        reason = self.pm.hook.muxhost_purge_veto(agent=agent.name, conversation_id=conversation_id,
+                                                 artifacts=list(report.plan))
+        if reason is not None:
+            raise Refused(f"purge vetoed: {reason}")
+        try:
+            report.removed = list(agent.purge(ctx, conversation_id))
+        except NotImplementedError as e:
+            raise UsageError(str(e) or f"agent {agent.name!r} cannot purge") from None
+        report.residual = list(agent.artifacts(ctx, conversation_id))
+        report.notes = list(ctx.notes)
+        self.pm.hook.muxhost_conversation_purged(agent=agent.name, conversation_id=conversation_id,
+                                                 report=report.to_dict())
+        return report
+
+    def _record_for(self, agent: str, conversation_id: str) -> Record | None:
+        matches = [r for r in self.store.all() if r.agent == agent and r.conversation_id == conversation_id]
+        return matches[-1] if matches else None
+
+    def _holders(self, agent: Agent, ctx: AgentContext, conversation_id: str) -> list[str]:
+        holders = []
+        records = [r for r in self.store.all() if r.agent == agent.name and r.conversation_id == conversation_id]
+        if records:
+            view = self.view(records)
+            for r in records:
+                lv = self.live(r, view, agent, check_resumable=False)
+                if lv.state in ("running", "starting"):
+                    where = f" in pane {lv.pane.pane_id}" if lv.pane else ""
+                    holders.append(f"record {r.id} ({r.name}){where}")
+        try:
+            for h in agent.in_use(ctx, conversation_id) or []:
+                if h not in holders:
+                    holders.append(str(h))
+        except Exception as e:  # fail closed: if we cannot tell, it is in use
+            holders.append(f"cannot tell who holds it ({type(e).__name__}: {e})")
+        return holders
+
+    # -- reconcile --------------------------------------------------------------------------------
+    def reconcile(self) -> list[str]:
+        """Compare records with the panes and the process table; fix what drifted; say what changed."""
+        records = self.store.all()
+        view = self.view(records, [self.socket])
+        changes = []
+        known = {r.id for r in records}
+        lives = []
+        for rec in records:
+            lv = self.live(rec, view, check_resumable=False)
+            lives.append(lv)
+            if lv.pane is not None and lv.pane.pane_id != rec.pane:
+                changes.append(f"{rec.id}: pane {rec.pane or '-'} -> {lv.pane.pane_id}")
+                self.store.update(rec, pane=lv.pane.pane_id, state="running" if rec.state == "starting" else rec.state)
+            if lv.state == "lost" and rec.state in ("running", "starting"):
+                changes.append(f"{rec.id}: its pane is gone; marked lost")
+                self.store.update(rec, state="lost")
+        before = {lv.rec.id: lv.rec.conversation_id for lv in lives}
+        self.refresh(lives)
+        for lv in lives:
+            if lv.rec.conversation_id != before[lv.rec.id]:
+                changes.append(f"{lv.rec.id}: conversation {before[lv.rec.id] or '-'} -> {lv.rec.conversation_id}")
+        for socket, panes in view.panes.items():
+            for p in panes or []:
+                if p.record and p.record not in known:
+                    changes.append(f"pane {p.pane_id} carries unknown record {p.record}; left alone")
+        return changes

@@ -1,0 +1,189 @@
+"""Fixtures for the codex plugin tests: a fake OpenAI Responses server and a private CODEX_HOME.
+
+The fake server answers ``POST /v1/responses`` with a streamed (SSE) reply. What it answers depends
+on the newest input item of the request:
+
+- a user message containing ``SPAWN-CHILD``: a ``multi_agent_v1.spawn_agent`` tool call (a namespaced
+  Responses function call), so the real codex starts a sub-agent thread;
+- anything else (including the tool call's output): an assistant message ``fake reply N``.
+
+Every request is kept in ``server.requests`` (path, headers, JSON body).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+SPAWN_WORD = "SPAWN-CHILD"
+CHILD_TASK = "child task: reply with one word"
+
+
+def _sse(event: dict) -> bytes:
+    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+
+
+def _text_of(item: dict) -> str:
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    out = []
+    for part in content or ():
+        if isinstance(part, dict) and isinstance(part.get("text"), str):
+            out.append(part["text"])
+    return "\n".join(out)
+
+
+class FakeResponses:
+    """A threaded fake of the Responses API on 127.0.0.1 (port 0: the OS picks one)."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict] = []
+        self.spawned: list[str] = []  # call ids of spawn_agent calls handed out
+        self._lock = threading.Lock()
+        self._seq = itertools.count(1)
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # keep pytest output clean
+                pass
+
+            def do_GET(self):
+                body = b'{"data": [], "models": []}'
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self):
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length)
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    body = {}
+                with fake._lock:
+                    fake.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                if not self.path.rstrip("/").endswith("/responses"):
+                    self.send_response(404)
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
+                events = fake.reply(body)
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("cache-control", "no-cache")
+                self.send_header("connection", "close")
+                self.end_headers()
+                for event in events:
+                    self.wfile.write(_sse(event))
+                    self.wfile.flush()
+                self.close_connection = True
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="fake-responses", daemon=True)
+
+    def start(self) -> "FakeResponses":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    # -- the model ------------------------------------------------------------------------------
+
+    def reply(self, body: dict) -> list[dict]:
+        n = next(self._seq)
+        items = [i for i in body.get("input") or () if isinstance(i, dict)]
+        last = items[-1] if items else {}
+        if last.get("type", "message") == "message" and last.get("role") == "user" and SPAWN_WORD in _text_of(last):
+            call_id = f"call_spawn_{n}"
+            with self._lock:
+                self.spawned.append(call_id)
+            item = {"type": "function_call", "id": f"fc_{n}", "call_id": call_id, "name": "spawn_agent",
+                    "namespace": "multi_agent_v1", "arguments": json.dumps({"message": CHILD_TASK})}
+            return self._events(n, item)
+        text = f"fake reply {n}"
+        item = {"type": "message", "role": "assistant", "id": f"msg_{n}", "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}]}
+        return self._events(n, item, delta=text)
+
+    @staticmethod
+    def _events(n: int, item: dict, delta: str | None = None) -> list[dict]:
+        rid = f"resp_{n}"
+        events = [{"type": "response.created", "response": {"id": rid}},
+                  {"type": "response.output_item.added", "output_index": 0,
+                   "item": {**item, "content": []} if item["type"] == "message" else item}]
+        if delta:
+            events.append({"type": "response.output_text.delta", "output_index": 0, "content_index": 0,
+                           "item_id": item["id"], "delta": delta})
+        events.append({"type": "response.output_item.done", "output_index": 0, "item": item})
+        events.append({"type": "response.completed", "response": {
+            "id": rid, "usage": {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
+                                 "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0},
+                                 "total_tokens": 15}}})
+        return events
+
+    def user_texts(self) -> list[str]:
+        out = []
+        for r in list(self.requests):
+            for i in r["body"].get("input") or ():
+                if isinstance(i, dict) and i.get("role") == "user":
+                    out.append(_text_of(i))
+        return out
+
+
+def write_codex_config(codex_home: Path, base_url: str, trusted: list[str], daemon: bool = False) -> Path:
+    """A config.toml that points codex at the fake server (AGENTS.md lists the keys)."""
+    codex_home.mkdir(parents=True, exist_ok=True)
+    lines = [
+        'model = "fake-model"',
+        'model_provider = "fake"',
+        'approval_policy = "never"',
+        'sandbox_mode = "danger-full-access"',
+        "check_for_update_on_startup = false",
+        "",
+        "[model_providers.fake]",
+        'name = "fake"',
+        f'base_url = "{base_url}"',
+        'wire_api = "responses"',
+        'env_key = "FAKE_API_KEY"',
+        "request_max_retries = 0",
+        "stream_max_retries = 0",
+        "",
+        "[analytics]",
+        "enabled = false",
+        "",
+        "[feedback]",
+        "enabled = false",
+        "",
+        "[features]",
+        "in_app_updates = false",
+    ]
+    if not daemon:
+        lines.append("daemon_auto_start = false")
+    for d in trusted:
+        lines += ["", f"[projects.{json.dumps(os.path.realpath(d))}]", 'trust_level = "trusted"']
+    path = codex_home / "config.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def fake_responses():
+    server = FakeResponses().start()
+    yield server
+    server.stop()

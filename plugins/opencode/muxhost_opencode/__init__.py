@@ -1,0 +1,560 @@
+"""muxhost plugin for the OpenCode CLI (``opencode``, tested with 1.18.33).
+
+Where opencode keeps a conversation ("session"):
+
+- one SQLite database in WAL mode: ``$OPENCODE_DB`` (absolute, or relative to the data folder), else
+  ``<data home>/opencode/opencode.db``. A session is a ``session`` row ``ses_…``; a sub-agent (the
+  ``task`` tool) is a session row whose ``parent_id`` is the session that started it, at any depth.
+  Per-session rows live in ``message``, ``part``, ``todo``, ``session_share``, ``session_message``,
+  ``session_input``, ``session_context_epoch`` (column ``session_id``) and in ``event`` /
+  ``event_sequence`` (column ``aggregate_id``, no foreign key);
+- ``<data>/opencode/storage/session_diff/<id>.json`` (and older JSON storage: ``storage/*/<id>.json``,
+  ``storage/message/<id>/``, ``storage/part/<message id>/``);
+- a plan file ``<data>/opencode/plans/<time_created>-<slug>.md`` (``<worktree>/.opencode/plans/…`` in
+  a git project);
+- lines naming the id in ``<data>/opencode/log/*.log``.
+
+Nothing on disk says a session is open: a process holds it when its argv names the id (``-s ID``),
+and any process that has the database open may hold any session of it (a TUI without ``-s``).
+Every read here goes through a read-only connection that never waits long for a lock.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import psutil
+
+import muxhost
+from muxhost import fsutil, procs
+from muxhost.agent import Agent, AgentContext, Launch
+from muxhost.errors import MuxhostError
+
+__all__ = ["OpenCodeAgent", "muxhost_register_agents"]
+
+ID_PATTERN = r"ses_[0-9A-Za-z]{26}"
+_ID_RE = re.compile(ID_PATTERN)
+
+#: seconds a read waits for a lock before giving up (a reader never blocks opencode itself)
+READ_TIMEOUT = 1.0
+#: seconds the purge's write transaction waits for opencode's own writers
+WRITE_TIMEOUT = 10.0
+#: seconds ``opencode session delete`` may take (its start-up may npm-install a plugin)
+DELETE_TIMEOUT = 60.0
+
+#: language servers opencode starts for itself (``lsp`` in its config): resident, not work
+LSP_SERVERS = (
+    "typescript-language-server", "pyright-langserver", "gopls", "rust-analyzer", "clangd",
+    "bash-language-server", "yaml-language-server", "lua-language-server", "ruby-lsp", "jdtls",
+    "elixir-ls", "zls", "svelteserver", "astro-ls", "vue-language-server", "sourcekit-lsp",
+    "haskell-language-server-wrapper", "nixd", "ocamllsp", "terraform-ls", "texlab", "tinymist",
+    "clojure-lsp", "docker-langserver", "fsautocomplete", "intelephense", "csharp-ls",
+    "vscode-eslint-language-server", "kotlin-lsp",
+)
+
+# tables whose rows belong to one session, and the column naming it (checked against the live
+# schema: a table or column a later opencode drops is skipped, a new table with ``session_id`` is
+# picked up by _session_tables)
+_AGGREGATE_TABLES = ("event", "event_sequence")
+_SKIP_TABLES = ("session",)
+
+
+@dataclass(frozen=True)
+class Row:
+    table: str
+    key: str
+    session: str
+
+
+class OpenCodeAgent(Agent):
+    name = "opencode"
+    process_names = ("opencode", "opencode.exe")
+    resident_children = LSP_SERVERS
+    exit_text = "/exit"
+    id_pattern = ID_PATTERN
+
+    # -- where things are ----------------------------------------------------------------------
+    def binary(self, ctx: AgentContext) -> str | None:
+        """The opencode executable: config ``binary``, else ``opencode`` on the agent's PATH."""
+        configured = ctx.config.get("binary")
+        if configured:
+            return str(configured)
+        return shutil.which("opencode", path=ctx.env.get("PATH", os.defpath))
+
+    def data_dir(self, ctx: AgentContext) -> Path:
+        return ctx.data_home() / "opencode"
+
+    def db_path(self, ctx: AgentContext) -> Path | None:
+        """The database opencode uses with this environment (None for ``OPENCODE_DB=:memory:``)."""
+        value = ctx.env.get("OPENCODE_DB")
+        if value:
+            if value == ":memory:":
+                return None
+            path = Path(value).expanduser() if value.startswith("~/") else Path(value)
+            return path if path.is_absolute() else self.data_dir(ctx) / path
+        return self.data_dir(ctx) / "opencode.db"
+
+    # -- the Agent API -------------------------------------------------------------------------
+    def launch(self, ctx: AgentContext) -> Launch:
+        return Launch([self._require_binary(ctx), *ctx.args])
+
+    def resume(self, ctx: AgentContext, conversation_id: str) -> Launch:
+        return Launch([self._require_binary(ctx), "-s", conversation_id], conversation_id=conversation_id)
+
+    def discover(self, ctx: AgentContext) -> str | None:
+        """The parent session the agent is in: the newest top-level session created in its cwd since
+        launch (a sub-agent's child row never counts), else the id after ``-s``/``--session`` in its
+        argv, else what the record knew."""
+        claimed = set(ctx.claimed)
+        con = self._read(ctx)
+        if con is not None:
+            try:
+                dirs = sorted({ctx.cwd, os.path.realpath(ctx.cwd)} - {""})
+                since = int(ctx.launched_at * 1000)
+                marks = ",".join("?" * len(dirs))
+                rows = con.execute(
+                    f"select id from session where parent_id is null and directory in ({marks})"
+                    " and time_created >= ? order by time_created desc, id desc",
+                    (*dirs, since)).fetchall()
+                for (sid,) in rows:
+                    if self.valid_id(sid) and sid not in claimed:
+                        return sid
+            except sqlite3.Error:
+                pass
+            finally:
+                con.close()
+        for sid in self._argv_sessions(ctx.pids):
+            if sid not in claimed:
+                return sid
+        return ctx.conversation_id
+
+    def exists(self, ctx: AgentContext, conversation_id: str) -> bool:
+        con = self._read(ctx)
+        if con is None:
+            return False
+        try:
+            return con.execute("select 1 from session where id = ?", (conversation_id,)).fetchone() is not None
+        except sqlite3.Error:
+            return False
+        finally:
+            con.close()
+
+    def in_use(self, ctx: AgentContext, conversation_id: str) -> list[str]:
+        """Processes whose argv names the session or one of its descendants, and every process that
+        has the database open (it may hold any session of it) except an ``opencode serve`` that names
+        none of them. A process whose open files cannot be read and that may hold it counts as a
+        holder (fail closed)."""
+        family = self.family(ctx, conversation_id)
+        table = procs.ProcessTable.snapshot()
+        holders: dict[int, str] = {}
+        for sid in family:
+            lines = set(procs.argv_holders(sid, table))
+            for p in table.with_token(sid):
+                if p.describe() in lines:
+                    holders.setdefault(p.pid, p.describe())
+        db = self.db_path(ctx)
+        if db is not None:
+            for proc, why in self._db_openers(db, table):
+                if proc.pid in holders or self._is_server(proc):
+                    continue
+                holders[proc.pid] = f"{proc.describe()} ({why})"
+        return list(holders.values())
+
+    def artifacts(self, ctx: AgentContext, conversation_id: str) -> list[str]:
+        family = self.family(ctx, conversation_id)
+        rows = self._rows(ctx, family)
+        return [self._label(r.table + ":" + r.key, r.session, conversation_id) for r in rows] + \
+            [self._label(item, sid, conversation_id) for item, sid in self._file_items(ctx, family)]
+
+    def purge(self, ctx: AgentContext, conversation_id: str) -> list[str]:
+        before = self.artifacts(ctx, conversation_id)
+        family = self.family(ctx, conversation_id)
+        # what the files are found by must be read before the rows go
+        info = self._session_info(ctx, family)
+        self._delete_with_binary(ctx, conversation_id)
+        db = self.db_path(ctx)
+        if db is not None and db.exists():
+            self._delete_rows(db, conversation_id)
+        self._delete_files(ctx, family, info)
+        after = set(self.artifacts(ctx, conversation_id))
+        return [item for item in before if item not in after]
+
+    # -- sessions ------------------------------------------------------------------------------
+    def family(self, ctx: AgentContext, conversation_id: str) -> list[str]:
+        """The session and its descendants at every depth (parent first, then by depth)."""
+        con = self._read(ctx)
+        if con is None:
+            return [conversation_id]
+        try:
+            return _walk(con, conversation_id)
+        except sqlite3.Error:
+            return [conversation_id]
+        finally:
+            con.close()
+
+    def _argv_sessions(self, pids: Iterable[int]) -> list[str]:
+        out = []
+        for pid in pids:
+            try:
+                argv = psutil.Process(pid).cmdline()
+            except (psutil.Error, OSError):
+                continue
+            sid = session_from_argv(argv)
+            if sid and self.valid_id(sid) and sid not in out:
+                out.append(sid)
+        return out
+
+    def _session_info(self, ctx: AgentContext, family: list[str]) -> dict[str, tuple]:
+        """id -> (time_created, slug, git worktree or None), read before anything is deleted."""
+        con = self._read(ctx)
+        if con is None:
+            return {}
+        try:
+            marks = ",".join("?" * len(family))
+            rows = con.execute(
+                f"select s.id, s.time_created, s.slug, case when p.vcs is not null then p.worktree end"
+                f" from session s left join project p on p.id = s.project_id where s.id in ({marks})",
+                family).fetchall()
+            return {r[0]: tuple(r[1:]) for r in rows}
+        except sqlite3.Error:
+            return {}
+        finally:
+            con.close()
+
+    # -- database reads ------------------------------------------------------------------------
+    def _read(self, ctx: AgentContext) -> sqlite3.Connection | None:
+        db = self.db_path(ctx)
+        if db is None or not db.is_file():
+            return None
+        return connect_ro(db)
+
+    def _rows(self, ctx: AgentContext, family: list[str]) -> list[Row]:
+        con = self._read(ctx)
+        if con is None:
+            return []
+        try:
+            return _family_rows(con, family)
+        finally:
+            con.close()
+
+    # -- files ---------------------------------------------------------------------------------
+    def _file_items(self, ctx: AgentContext, family: list[str]) -> list[tuple[str, str]]:
+        """(report item, session id) for each file or log of the family that is on disk now."""
+        items = []
+        for path, sid in self._files(ctx, family):
+            items.append((ctx.expand(path), sid))
+        for path, sid, n in self._log_lines(ctx, family):
+            items.append((f"{ctx.expand(path)}: {n} line{'s' if n != 1 else ''}", sid))
+        return items
+
+    def _files(self, ctx: AgentContext, family: list[str], info: dict | None = None) -> list[tuple[Path, str]]:
+        data = self.data_dir(ctx)
+        info = info if info is not None else self._session_info(ctx, family)
+        out: list[tuple[Path, str]] = []
+        storage = data / "storage"
+        wanted = {}
+        for sid in family:
+            wanted[sid] = sid
+            wanted[sid + ".json"] = sid
+        if storage.is_dir():
+            message_ids: dict[str, str] = {}
+            for path in _walk_names(storage, wanted, depth=3):
+                sid = wanted[path.name]
+                out.append((path, sid))
+                if path.is_dir() and path.parent.name == "message":
+                    for m in path.glob("*.json"):
+                        message_ids[m.stem] = sid
+            for mid, sid in message_ids.items():
+                part_dir = storage / "part" / mid
+                if part_dir.is_dir():
+                    out.append((part_dir, sid))
+        for sid in family:
+            if sid not in info:
+                continue
+            created, slug, worktree = info[sid]
+            name = f"{created}-{slug}.md"
+            candidates = [data / "plans" / name]
+            if worktree:
+                candidates.append(Path(worktree) / ".opencode" / "plans" / name)
+            out += [(p, sid) for p in candidates if p.is_file()]
+        return out
+
+    def _log_lines(self, ctx: AgentContext, family: list[str]) -> list[tuple[Path, str, int]]:
+        logs = self.data_dir(ctx) / "log"
+        out = []
+        if not logs.is_dir():
+            return out
+        needles = {sid.encode(): sid for sid in family}
+        for path in sorted(logs.glob("*.log")):
+            counts: dict[str, int] = {}
+            try:
+                with open(path, "rb") as f:
+                    for line in f:
+                        for needle, sid in needles.items():
+                            if needle in line:
+                                counts[sid] = counts.get(sid, 0) + 1
+                                break
+            except OSError:
+                continue
+            out += [(path, sid, counts[sid]) for sid in family if counts.get(sid)]
+        return out
+
+    # -- purge steps ---------------------------------------------------------------------------
+    def _delete_with_binary(self, ctx: AgentContext, conversation_id: str) -> None:
+        binary = self.binary(ctx)
+        if not binary or not os.access(binary, os.X_OK):
+            ctx.notes.append("opencode binary not found: removed the rows with SQL only"
+                             " (`opencode session delete` did not run)")
+            return
+        env = dict(ctx.env)
+        env["HOME"] = ctx.home
+        db = self.db_path(ctx)
+        if db is not None:
+            env["OPENCODE_DB"] = str(db)  # the very database we read, whatever XDG says
+        cwd = ctx.cwd if ctx.cwd and os.path.isdir(ctx.cwd) else ctx.home
+        try:
+            p = subprocess.run([binary, "session", "delete", conversation_id], env=env, cwd=cwd,
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                               timeout=float(ctx.config.get("delete_timeout", DELETE_TIMEOUT)))
+        except (OSError, subprocess.SubprocessError) as e:
+            ctx.notes.append(f"`opencode session delete` failed ({type(e).__name__}: {e}):"
+                             " removed the rows with SQL")
+            return
+        if p.returncode != 0:
+            tail = (p.stderr or p.stdout or "").strip().splitlines()[-1:] or ["no output"]
+            ctx.notes.append(f"`opencode session delete` exited {p.returncode} ({tail[0][:200]}):"
+                             " removed the rows with SQL")
+
+    def _delete_rows(self, db: Path, conversation_id: str) -> None:
+        """One write transaction: every per-session row of the family, then the session rows."""
+        con = sqlite3.connect(str(db), timeout=WRITE_TIMEOUT, isolation_level=None)
+        try:
+            con.execute(f"pragma busy_timeout = {int(WRITE_TIMEOUT * 1000)}")
+            con.execute("begin immediate")
+            try:
+                family = _walk(con, conversation_id)  # again, under the write lock
+                marks = ",".join("?" * len(family))
+                columns = _columns(con)
+                if "part" in columns and "message" in columns and "message_id" in columns["part"]:
+                    con.execute(f"delete from part where message_id in"
+                                f" (select id from message where session_id in ({marks}))", family)
+                for table, cols in columns.items():
+                    if table in _SKIP_TABLES:
+                        continue
+                    for col in ("session_id", "aggregate_id"):
+                        if col in cols and (col == "session_id" or table in _AGGREGATE_TABLES):
+                            con.execute(f'delete from "{table}" where "{col}" in ({marks})', family)
+                con.execute(f"delete from session where id in ({marks})", family)
+                con.execute("commit")
+            except BaseException:
+                con.execute("rollback")
+                raise
+        except sqlite3.Error as e:
+            raise MuxhostError(f"could not delete the rows from {db}: {e}") from e
+        finally:
+            con.close()
+
+    def _delete_files(self, ctx: AgentContext, family: list[str], info: dict) -> None:
+        for path, _sid in self._files(ctx, family, info):
+            try:
+                fsutil.remove(path)
+            except OSError as e:
+                ctx.notes.append(f"could not remove {ctx.expand(path)}: {e}")
+        needles = [sid.encode() for sid in family]
+        for path, _sid, _n in self._log_lines(ctx, family):
+            if _open_by_anyone(path):
+                ctx.notes.append(f"{ctx.expand(path)} is open in a running process: its lines were left")
+                continue
+            try:
+                fsutil.drop_lines(path, lambda line: any(n in line for n in needles))
+            except OSError as e:
+                ctx.notes.append(f"could not rewrite {ctx.expand(path)}: {e}")
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _require_binary(self, ctx: AgentContext) -> str:
+        binary = self.binary(ctx)
+        if not binary:
+            raise MuxhostError("opencode is not installed (not on PATH; set `binary` in the agent's config)")
+        return binary
+
+    @staticmethod
+    def _label(item: str, sid: str, root: str) -> str:
+        return item if sid == root else f"{item} [child session {sid}]"
+
+    @staticmethod
+    def _is_server(proc: procs.Proc) -> bool:
+        """``opencode serve …``: a background server (holds a session only if its argv names one)."""
+        args = list(proc.cmdline[1:])
+        if args and os.path.basename(proc.cmdline[0]).startswith(("node", "bun")):
+            args = args[1:]
+        words = [a for a in args if not a.startswith("-")]
+        return bool(words) and words[0] == "serve" and procs.Proc.matches_name(proc, OpenCodeAgent.process_names)
+
+    def _db_openers(self, db: Path, table: procs.ProcessTable) -> list[tuple[procs.Proc, str]]:
+        """Processes that have the database (or its -wal / -shm) open, and opencode processes whose
+        open files we may not read (they might)."""
+        real = os.path.realpath(db)
+        targets = {real, real + "-wal", real + "-shm"}
+        me = {os.getpid()}
+        uid = os.getuid()
+        out = []
+        for proc in table.procs.values():
+            if proc.pid in me:
+                continue
+            try:
+                ps = psutil.Process(proc.pid)
+                if abs(ps.create_time() - proc.create_time) > 0.01:
+                    continue
+                files = ps.open_files()
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                continue
+            except (psutil.AccessDenied, OSError) as e:
+                if uid == 0 or _uid_of(proc.pid) == uid or proc.matches_name(self.process_names):
+                    out.append((proc, f"its open files cannot be read ({type(e).__name__}): it may hold {db}"))
+                continue
+            if any(f.path in targets for f in files):
+                out.append((proc, f"has {db} open"))
+        return out
+
+
+def session_from_argv(argv: Iterable[str]) -> str | None:
+    """The id after ``-s`` / ``--session`` (also ``--session=ID``, ``-sID``) in an opencode argv."""
+    argv = list(argv)
+    for i, arg in enumerate(argv):
+        value = None
+        if arg in ("-s", "--session") and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith("--session="):
+            value = arg.split("=", 1)[1]
+        elif arg.startswith("-s") and not arg.startswith("--") and len(arg) > 2:
+            value = arg[2:].lstrip("=")
+        if value and _ID_RE.fullmatch(value):
+            return value
+    return None
+
+
+def connect_ro(db: Path) -> sqlite3.Connection:
+    """A read-only connection (``mode=ro``) that waits at most READ_TIMEOUT for a lock.
+
+    A WAL database read read-only still needs its ``-shm`` (the WAL index): SQLite creates it when
+    the folder is writable. When it cannot (no ``-shm`` and a read-only folder) and there is no WAL
+    content either, the main file is the whole database and is opened ``immutable``."""
+    uri = "file:" + urllib.parse.quote(str(db)) + "?mode=ro"
+    try:
+        con = sqlite3.connect(uri, uri=True, timeout=READ_TIMEOUT, check_same_thread=False)
+        con.execute("select count(*) from sqlite_master").fetchone()
+        return con
+    except sqlite3.OperationalError as e:
+        wal = Path(str(db) + "-wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            raise MuxhostError(f"cannot read {db} read-only: {e}") from e
+    con = sqlite3.connect(uri + "&immutable=1", uri=True, timeout=READ_TIMEOUT, check_same_thread=False)
+    con.execute("select count(*) from sqlite_master").fetchone()
+    return con
+
+
+def _walk(con: sqlite3.Connection, root: str) -> list[str]:
+    out, frontier = [root], [root]
+    while frontier:
+        marks = ",".join("?" * len(frontier))
+        rows = con.execute(f"select id from session where parent_id in ({marks}) order by time_created, id",
+                           frontier).fetchall()
+        frontier = [r[0] for r in rows if r[0] not in out]
+        out += frontier
+    return out
+
+
+def _columns(con: sqlite3.Connection) -> dict[str, list[str]]:
+    tables = [r[0] for r in con.execute("select name from sqlite_master where type = 'table'"
+                                        " and name not like 'sqlite_%'")]
+    return {t: [c[1] for c in con.execute(f'pragma table_info("{t}")')] for t in tables}
+
+
+def _keys(con: sqlite3.Connection, table: str) -> list[str]:
+    info = list(con.execute(f'pragma table_info("{table}")'))
+    pk = [c[1] for c in sorted(info, key=lambda c: c[5]) if c[5] > 0]
+    if "id" in [c[1] for c in info]:
+        return ["id"]
+    return pk or ["rowid"]
+
+
+def _family_rows(con: sqlite3.Connection, family: list[str]) -> list[Row]:
+    """Every row of every table that belongs to a session of the family, session by session."""
+    columns = _columns(con)
+    marks = ",".join("?" * len(family))
+    found: dict[str, list[Row]] = {sid: [] for sid in family}
+
+    def collect(table: str, col: str, where: str, params: list) -> None:
+        keys = _keys(con, table)
+        expr = " || '/' || ".join(f'"{k}"' for k in keys)
+        for key, sid in con.execute(f'select {expr}, "{col}" from "{table}" where {where}', params):
+            if sid in found:
+                found[sid].append(Row(table, str(key), sid))
+
+    if "session" in columns:
+        collect("session", "id", f"id in ({marks})", family)
+    order = ["message", "part", "todo", "session_share", "session_message", "session_input",
+             "session_context_epoch", "event_sequence", "event"]
+    tables = [t for t in order if t in columns] + sorted(t for t in columns if t not in order)
+    for table in tables:
+        cols = columns[table]
+        if table in _SKIP_TABLES:
+            continue
+        if "session_id" in cols:
+            collect(table, "session_id", f'"session_id" in ({marks})', family)
+        elif table in _AGGREGATE_TABLES and "aggregate_id" in cols:
+            collect(table, "aggregate_id", f'"aggregate_id" in ({marks})', family)
+    # parts of the family's messages that name another session (not seen in opencode; cheap to check)
+    if {"part", "message"} <= set(columns) and {"message_id", "session_id"} <= set(columns["part"]):
+        for key, sid in con.execute(
+                f"select p.id, m.session_id from part p join message m on m.id = p.message_id"
+                f" where m.session_id in ({marks}) and p.session_id not in ({marks})", family + family):
+            found[sid].append(Row("part", str(key), sid))
+    return [row for sid in family for row in found[sid]]
+
+
+def _walk_names(root: Path, wanted: dict[str, str], depth: int) -> list[Path]:
+    out = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return out
+    for entry in entries:
+        if entry.name in wanted:
+            out.append(Path(entry.path))
+        elif depth > 1 and entry.is_dir(follow_symlinks=False):
+            out += _walk_names(Path(entry.path), wanted, depth - 1)
+    return out
+
+
+def _uid_of(pid: int) -> int | None:
+    try:
+        return psutil.Process(pid).uids().real
+    except (psutil.Error, OSError):
+        return None
+
+
+def _open_by_anyone(path: Path) -> bool:
+    real = os.path.realpath(path)
+    for p in psutil.process_iter():
+        if p.pid == os.getpid():
+            continue
+        try:
+            if any(f.path == real for f in p.open_files()):
+                return True
+        except (psutil.Error, OSError):
+            continue
+    return False
+
+
+@muxhost.hookimpl
+def muxhost_register_agents(register) -> None:
+    register(OpenCodeAgent())
