@@ -399,15 +399,23 @@ class OpenCodeAgent(Agent):
         return bool(words) and words[0] == "serve" and procs.Proc.matches_name(proc, OpenCodeAgent.process_names)
 
     def _db_openers(self, db: Path, table: procs.ProcessTable) -> list[tuple[procs.Proc, str]]:
-        """Processes that have the database (or its -wal / -shm) open, and opencode processes whose
-        open files we may not read (they might)."""
+        """Processes that have the database (or its -wal / -shm) open.
+
+        Every SQLite connection to a WAL database holds a POSIX read lock on its ``-shm`` for as
+        long as it is open, so on Linux ``/proc/locks`` names them all, even processes whose open
+        files we may not read. Where there is no ``/proc/locks`` (macOS), a process we may not read
+        that is ours or is an opencode counts as a holder (fail closed)."""
         real = os.path.realpath(db)
         targets = {real, real + "-wal", real + "-shm"}
+        lockers = _lock_holders(targets)
         me = {os.getpid()}
         uid = os.getuid()
         out = []
         for proc in table.procs.values():
             if proc.pid in me:
+                continue
+            if lockers is not None and proc.pid in lockers:
+                out.append((proc, f"has {db} open"))
                 continue
             try:
                 ps = psutil.Process(proc.pid)
@@ -417,12 +425,47 @@ class OpenCodeAgent(Agent):
             except (psutil.NoSuchProcess, psutil.ZombieProcess):
                 continue
             except (psutil.AccessDenied, OSError) as e:
-                if uid == 0 or _uid_of(proc.pid) == uid or proc.matches_name(self.process_names):
+                if lockers is None and (_uid_of(proc.pid) == uid or proc.matches_name(self.process_names)):
                     out.append((proc, f"its open files cannot be read ({type(e).__name__}): it may hold {db}"))
                 continue
             if any(f.path in targets for f in files):
                 out.append((proc, f"has {db} open"))
+        for pid in sorted((lockers or set()) - set(table.procs) - me):
+            out.append((procs.Proc(pid, 0, 0.0, "?", ()), f"holds a lock on {db}"))
         return out
+
+
+def _lock_holders(paths: Iterable[str]) -> set[int] | None:
+    """Pids holding a POSIX/OFD/flock lock on any of ``paths`` (from /proc/locks), or None when
+    /proc/locks cannot be read (not Linux)."""
+    wanted = set()
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        wanted.add((os.major(st.st_dev), os.minor(st.st_dev), st.st_ino))
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    pids = set()
+    for line in lines:
+        words = line.split()
+        if len(words) > 1 and words[1] == "->":
+            del words[1]
+        if len(words) < 6:
+            continue
+        try:
+            pid = int(words[4])
+            major, minor, inode = words[5].split(":")
+            key = (int(major, 16), int(minor, 16), int(inode))
+        except ValueError:
+            continue
+        if key in wanted and pid > 0:
+            pids.add(pid)
+    return pids
 
 
 def session_from_argv(argv: Iterable[str]) -> str | None:
