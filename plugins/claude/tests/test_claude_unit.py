@@ -1,0 +1,399 @@
+"""Unit tests of muxhost-claude: no claude binary, no tmux. Files are laid out the way claude 2.1.197
+lays them out (see the module docstring of muxhost_claude)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from muxhost import AgentContext
+from muxhost.errors import NotFound
+from muxhost_claude import (ClaudeAgent, clear_last_session_id, java_string_hash, project_folder_name,
+                            registry_entry_live)
+
+A = "c1f2a267-b783-4fef-91ee-dbf03d63af9f"
+B = "a28d08ba-d51c-4a2d-a875-6f867ff66f1c"
+
+
+@pytest.fixture
+def agent():
+    return ClaudeAgent()
+
+
+def _ctx(home: Path, cwd: Path | str, **kw) -> AgentContext:
+    return AgentContext(home=str(home), env=kw.pop("env", {}), cwd=str(cwd), **kw)
+
+
+def _proc_start(pid: int) -> str:
+    data = Path(f"/proc/{pid}/stat").read_text()
+    return data[data.rfind(")") + 2:].split()[19]
+
+
+def lay_out(home: Path, cwd: Path, cid: str, tmp_root: Path | None = None, config_dir: Path | None = None) -> list[Path]:
+    """Create every per-conversation file claude writes for ``cid``; return the paths."""
+    cfg = config_dir or home / ".claude"
+    folder = cfg / "projects" / project_folder_name(str(cwd))
+    made = [
+        folder / f"{cid}.jsonl",
+        folder / cid / "subagents" / "agent-a22854dd4084dde11.jsonl",
+        folder / cid / "subagents" / "agent-a22854dd4084dde11.meta.json",
+        folder / cid / "tool-results" / "toolu_1.txt",
+        cfg / "file-history" / cid / "ab92b9a3e498a8c9@v2",
+        cfg / "tasks" / cid / "1.json",
+        cfg / "tasks" / cid / ".lock",
+        cfg / "session-env" / cid / "sessionstart-hook-1.sh",
+        cfg / "debug" / f"{cid}.txt",
+        cfg / "uploads" / cid / "a.png",
+    ]
+    if tmp_root is not None:
+        made.append(tmp_root / project_folder_name(str(cwd)) / cid / "tasks" / "a22854dd4084dde11.output")
+    for p in made:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps({"sessionId": cid, "cwd": str(cwd)}) + "\n")
+    return made
+
+
+# --------------------------------------------------------------------------------------------------
+# the project-folder encoding
+
+def test_folder_name_short():
+    assert project_folder_name("/tmp/a/w.x_y z") == "-tmp-a-w-x-y-z"
+    assert project_folder_name("/home/u/My Project-2") == "-home-u-My-Project-2"
+
+
+def test_java_hash_matches_java():
+    # values of java.lang.String#hashCode
+    assert java_string_hash("") == 0
+    assert java_string_hash("hello") == 99162322
+    assert java_string_hash("Hello World") == -862545276
+    assert java_string_hash("polygenelubricants") == -2147483648
+
+
+def test_folder_name_over_200_chars():
+    cwd = "/tmp/" + "a" * 120 + "/" + "b.c" * 40
+    name = project_folder_name(cwd)
+    flat = cwd.replace("/", "-").replace(".", "-")
+    h = abs(java_string_hash(cwd))
+    digits = ""
+    while h:
+        h, r = divmod(h, 36)
+        digits = "0123456789abcdefghijklmnopqrstuvwxyz"[r] + digits
+    assert name == flat[:200] + "-" + (digits or "0")
+    assert len(name) > 200
+    # exactly 200 characters: no hash
+    cwd200 = "/" + "x" * 199
+    assert project_folder_name(cwd200) == "-" + "x" * 199
+
+
+def test_folder_name_counts_utf16_units():
+    # JavaScript replaces per UTF-16 code unit: an astral character becomes two dashes
+    assert project_folder_name("/tmp/é😀") == "-tmp---" + "-"
+
+
+# --------------------------------------------------------------------------------------------------
+# launch / resume
+
+def test_launch_chooses_the_id(agent, tmp_path):
+    ctx = _ctx(tmp_path, tmp_path, args=["--model", "x"], config={"binary": "/opt/claude"})
+    launch = agent.launch(ctx)
+    assert launch.argv[:2] == ["/opt/claude", "--session-id"]
+    assert launch.argv[2] == launch.conversation_id and agent.valid_id(launch.conversation_id)
+    assert list(launch.argv[3:]) == ["--model", "x"]
+    assert agent.launch(ctx).conversation_id != launch.conversation_id
+
+
+def test_launch_binary_from_ctx_path(agent, tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    exe = bindir / "claude"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    ctx = _ctx(tmp_path, tmp_path, env={"PATH": str(bindir)})
+    assert agent.launch(ctx).argv[0] == str(exe)
+
+
+def test_launch_with_user_session_or_resume(agent, tmp_path):
+    sid = str(uuid.uuid4())
+    l1 = agent.launch(_ctx(tmp_path, tmp_path, args=["--session-id", sid]))
+    assert l1.conversation_id == sid and l1.argv.count("--session-id") == 1
+    l2 = agent.launch(_ctx(tmp_path, tmp_path, args=["--resume", sid]))
+    assert l2.conversation_id == sid and "--session-id" not in l2.argv
+    l3 = agent.launch(_ctx(tmp_path, tmp_path, args=["--continue"]))
+    assert l3.conversation_id is None
+
+
+def test_resume(agent, tmp_path):
+    home, cwd = tmp_path / "home", tmp_path / "w"
+    cwd.mkdir()
+    lay_out(home, cwd, A)
+    launch = agent.resume(_ctx(home, cwd), A)
+    assert list(launch.argv[1:]) == ["--resume", A]
+
+
+def test_resume_cwd_gone(agent, tmp_path):
+    home = tmp_path / "home"
+    lay_out(home, tmp_path / "gone", A)
+    with pytest.raises(NotFound, match="no longer exists"):
+        agent.resume(_ctx(home, tmp_path / "gone"), A)
+
+
+def test_resume_wrong_cwd_or_no_transcript(agent, tmp_path):
+    home, cwd, other = tmp_path / "home", tmp_path / "w", tmp_path / "other"
+    cwd.mkdir()
+    other.mkdir()
+    lay_out(home, cwd, A)
+    with pytest.raises(NotFound, match=str(cwd)):
+        agent.resume(_ctx(home, other), A)
+    with pytest.raises(NotFound, match="no transcript"):
+        agent.resume(_ctx(home, cwd), B)
+
+
+# --------------------------------------------------------------------------------------------------
+# the live registry: discover and in_use
+
+@pytest.fixture
+def sleeper():
+    p = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep(60)  # {A}"])
+    yield p
+    p.kill()
+    p.wait()
+
+
+def _registry(home: Path, pid: int, cid: str, **extra) -> Path:
+    d = home / ".claude" / "sessions"
+    d.mkdir(parents=True, exist_ok=True)
+    f = d / f"{pid}.json"
+    f.write_text(json.dumps({"pid": pid, "sessionId": cid, "cwd": "/w", "kind": "interactive", **extra}))
+    return f
+
+
+def test_discover_follows_registry(agent, tmp_path, sleeper):
+    home = tmp_path / "home"
+    _registry(home, sleeper.pid, B, procStart=_proc_start(sleeper.pid), startedAt=int(time.time() * 1000))
+    ctx = _ctx(home, tmp_path, pids=[sleeper.pid], conversation_id=A)
+    assert agent.discover(ctx) == B
+    # never an id another record holds
+    ctx.claimed = frozenset({B})
+    assert agent.discover(ctx) == A
+    ctx.claimed = frozenset({A, B})
+    assert agent.discover(ctx) is None
+
+
+def test_discover_ignores_stale_and_reused(agent, tmp_path, sleeper):
+    home = tmp_path / "home"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    _registry(home, dead.pid, B)
+    assert agent.discover(_ctx(home, tmp_path, pids=[dead.pid], conversation_id=A)) == A
+    # a live pid whose start time is not the writer's (pid reused)
+    _registry(home, sleeper.pid, B, procStart=str(int(_proc_start(sleeper.pid)) - 7))
+    assert agent.discover(_ctx(home, tmp_path, pids=[sleeper.pid], conversation_id=A)) == A
+
+
+def test_registry_start_time_checks(sleeper):
+    pid = sleeper.pid
+    ct = psutil.Process(pid).create_time()
+    assert registry_entry_live({"pid": pid, "procStart": _proc_start(pid)})
+    assert not registry_entry_live({"pid": pid, "procStart": "1"})
+    # without procStart: startedAt (ms) must not be before the process was created
+    assert registry_entry_live({"pid": pid, "startedAt": int((ct + 0.8) * 1000)})
+    assert not registry_entry_live({"pid": pid, "startedAt": int((ct - 30) * 1000)})
+
+
+def test_in_use(agent, tmp_path, sleeper):
+    home = tmp_path / "home"
+    ctx = _ctx(home, tmp_path)
+    # the sleeper's argv names A: argv holders count
+    held = agent.in_use(ctx, A)
+    assert any(h.startswith(f"pid {sleeper.pid} ") for h in held)
+    # a live registry file naming B, with the right start time
+    _registry(home, sleeper.pid, B, procStart=_proc_start(sleeper.pid))
+    assert [h.split()[1] for h in agent.in_use(ctx, B)] == [str(sleeper.pid)]
+    # wrong start time: not held
+    _registry(home, sleeper.pid, B, procStart="1")
+    assert agent.in_use(ctx, B) == []
+
+
+def test_in_use_stale_registry_does_not_count(agent, tmp_path):
+    home = tmp_path / "home"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    _registry(home, dead.pid, B, procStart="12345", startedAt=1)
+    assert agent.in_use(_ctx(home, tmp_path), B) == []
+
+
+# --------------------------------------------------------------------------------------------------
+# artifacts and purge
+
+HISTORY_OTHER = [
+    '{"display":"other one","pastedContents":{},"timestamp":1,"project":"/w","sessionId":"%s"}' % B,
+    '{"display":"mentions %s but is B\'s","timestamp":2,"project":"/w","sessionId":"%s"}' % (A, B),
+]
+
+
+def _history_bytes(lines_a: int = 3) -> tuple[bytes, bytes]:
+    """(history with A's lines, the same without them)."""
+    a_lines = ['{"display":"p%d","pastedContents":{},"timestamp":%d,"project":"/w","sessionId":"%s"}' % (i, 10 + i, A)
+               for i in range(lines_a)]
+    order = [HISTORY_OTHER[0], a_lines[0], "not json at all " + A, a_lines[1], HISTORY_OTHER[1]] + a_lines[2:]
+    kept = [HISTORY_OTHER[0], "not json at all " + A, HISTORY_OTHER[1]]
+    return ("\n".join(order) + "\n").encode(), ("\n".join(kept) + "\n").encode()
+
+
+GLOBAL = """{
+  "numStartups": 6,
+  "projects": {
+    "/other": {
+      "lastSessionId": "%s",
+      "hasTrustDialogAccepted": true
+    },
+    "/w": {
+      "hasTrustDialogAccepted": true,
+      "allowedTools": [],
+      "lastCost": 0.0024500000000000004,
+      "lastSessionId": "%s",
+      "lastSessionMetrics": {
+        "frame_duration_ms_count": 26
+      }
+    },
+    "/first": {
+      "lastSessionId": "%s",
+      "x": "é"
+    },
+    "/only": {"lastSessionId": "%s"}
+  },
+  "userID": "abc"
+}"""
+
+
+def test_clear_last_session_id_keeps_other_bytes():
+    before = (GLOBAL % (B, A, A, A)).encode()
+    after = clear_last_session_id(before, A)
+    want = before.decode()
+    want = want.replace(',\n      "lastSessionId": "%s"' % A, "")
+    want = want.replace('"lastSessionId": "%s",\n      "x"' % A, '"x"')
+    want = want.replace('{"lastSessionId": "%s"}' % A, "{}")
+    assert after.decode() == want
+    # B's is kept, A's gone, and nothing else changed
+    obj = json.loads(after)
+    assert obj["projects"]["/other"]["lastSessionId"] == B
+    assert "lastSessionId" not in obj["projects"]["/w"]
+    assert list(obj["projects"]["/w"]) == ["hasTrustDialogAccepted", "allowedTools", "lastCost", "lastSessionMetrics"]
+    assert clear_last_session_id(after, A) == after
+    assert clear_last_session_id(before, "00000000-0000-4000-8000-000000000000") == before
+
+
+def test_artifacts_and_purge(agent, tmp_path):
+    home, cwd = tmp_path / "home", tmp_path / "w.x y"
+    cwd.mkdir()
+    tmp_root = tmp_path / "tmproot"
+    env = {"CLAUDE_CODE_TMPDIR": str(tmp_root)}
+    made = lay_out(home, cwd, A, tmp_root=tmp_root / f"claude-{os.getuid()}")
+    other = lay_out(home, cwd, B, tmp_root=tmp_root / f"claude-{os.getuid()}")
+    cfg = home / ".claude"
+    shared = [
+        cfg / "projects" / project_folder_name(str(cwd)) / "memory" / "MEMORY.md",
+        cfg / "shell-snapshots" / f"snapshot-bash-{A}.sh",
+        cfg / "backups" / ".claude.json.backup.1",
+        cfg / "plans" / "some-plan.md",
+        cfg / "settings.json",
+    ]
+    for p in shared:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(f"shared {A}\n")
+    hist, hist_after = _history_bytes()
+    (cfg / "history.jsonl").write_bytes(hist)
+    gbefore = (GLOBAL % (B, A, A, B)).replace("/w", str(cwd)).encode()
+    (home / ".claude.json").write_bytes(gbefore)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = _registry(home, dead.pid, A, procStart="1")
+
+    ctx = _ctx(home, cwd, env=env)
+    assert agent.exists(ctx, A)
+    plan = agent.artifacts(ctx, A)
+    enc = project_folder_name(str(cwd))
+    assert f"~/.claude/projects/{enc}/{A}.jsonl" in plan
+    assert f"~/.claude/projects/{enc}/{A}/" in plan
+    for sub in ("file-history", "tasks", "session-env", "uploads"):
+        assert f"~/.claude/{sub}/{A}/" in plan
+    assert f"~/.claude/debug/{A}.txt" in plan
+    assert f"{tmp_root}/claude-{os.getuid()}/{enc}/{A}/" in plan
+    assert f"~/.claude/sessions/{dead.pid}.json" in plan
+    assert "~/.claude/history.jsonl: 3 lines" in plan
+    assert f"~/.claude.json: lastSessionId of {cwd}" in plan
+    assert "~/.claude.json: lastSessionId of /first" in plan
+    assert not any("shell-snapshots" in p or "memory" in p or "backups" in p or "plans" in p for p in plan)
+
+    removed = agent.purge(ctx, A)
+    assert sorted(removed) == sorted(plan)
+    assert agent.artifacts(ctx, A) == []
+    assert not agent.exists(ctx, A)
+    for p in made:
+        assert not p.exists(), p
+    assert not stale.exists()
+    for p in other + shared:
+        assert p.read_text() in (json.dumps({"sessionId": B, "cwd": str(cwd)}) + "\n", f"shared {A}\n"), p
+    assert (cfg / "history.jsonl").read_bytes() == hist_after
+    gafter = (home / ".claude.json").read_bytes()
+    assert json.loads(gafter)["projects"]["/other"]["lastSessionId"] == B
+    assert json.loads(gafter)["projects"]["/only"]["lastSessionId"] == B
+    assert gafter == clear_last_session_id(gbefore, A)
+    # B is untouched and still complete
+    assert agent.exists(ctx, B)
+    assert len(agent.artifacts(ctx, B)) == 11
+
+
+def test_purge_without_record_finds_transcript_anywhere(agent, tmp_path):
+    home, cwd = tmp_path / "home", tmp_path / "w"
+    cwd.mkdir()
+    made = lay_out(home, cwd, A)
+    elsewhere = _ctx(home, tmp_path / "somewhere-else")
+    assert agent.exists(_ctx(home, ""), A)
+    plan = agent.artifacts(elsewhere, A)
+    assert f"~/.claude/projects/{project_folder_name(str(cwd))}/{A}.jsonl" in plan
+    agent.purge(elsewhere, A)
+    assert not any(p.exists() for p in made)
+    assert agent.artifacts(elsewhere, A) == []
+
+
+def test_claude_config_dir_is_followed(agent, tmp_path):
+    home, cwd, cfg = tmp_path / "home", tmp_path / "w", tmp_path / "cfgdir"
+    cwd.mkdir()
+    home.mkdir()
+    made = lay_out(home, cwd, A, config_dir=cfg)
+    (cfg / ".claude.json").write_text(json.dumps({"projects": {str(cwd): {"lastSessionId": A}}}, indent=2))
+    (home / ".claude.json").write_text(json.dumps({"projects": {str(cwd): {"lastSessionId": A}}}, indent=2))
+    ctx = _ctx(home, cwd, env={"CLAUDE_CONFIG_DIR": str(cfg)})
+    plan = agent.artifacts(ctx, A)
+    assert f"{cfg}/projects/{project_folder_name(str(cwd))}/{A}.jsonl" in plan
+    assert f"{cfg}/.claude.json: lastSessionId of {cwd}" in plan
+    assert not any(p.startswith("~/") for p in plan)
+    agent.purge(ctx, A)
+    assert not any(p.exists() for p in made)
+    assert json.loads((cfg / ".claude.json").read_text())["projects"][str(cwd)] == {}
+    # ~/.claude.json belongs to the default config dir: not this conversation's
+    assert json.loads((home / ".claude.json").read_text())["projects"][str(cwd)] == {"lastSessionId": A}
+    # and with the default config dir nothing of A is seen under ~/.claude
+    assert agent.artifacts(_ctx(home, cwd), A) == [f"~/.claude.json: lastSessionId of {cwd}"]
+
+
+def test_long_cwd_artifacts(agent, tmp_path):
+    home = tmp_path / "home"
+    cwd = tmp_path / ("d" * 120) / ("e" * 120)
+    cwd.mkdir(parents=True)
+    made = lay_out(home, cwd, A)
+    assert len(made[0].parent.name) > 200
+    ctx = _ctx(home, cwd)
+    assert agent.exists(ctx, A)
+    assert agent.resume(ctx, A).argv[-1] == A
+    agent.purge(ctx, A)
+    assert not any(p.exists() for p in made)
