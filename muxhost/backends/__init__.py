@@ -63,7 +63,7 @@ class Backend(ABC):
 
     @abstractmethod
     def capture(self, pane_id: str) -> str:
-        """The visible screen of the pane."""
+        """The pane's screen and its scrollback."""
 
     @abstractmethod
     def kill_pane(self, pane_id: str) -> None: ...

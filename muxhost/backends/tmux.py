@@ -125,10 +125,35 @@ class TmuxBackend(Backend):
             out += [";", "set-option", "-p", k, v]
         return out
 
+    def _unset_stale(self, argv: Sequence[str], env: Mapping[str, str], target: str | None = None) -> list[str]:
+        """tmux gives a new pane the SERVER's environment (as it was when the server started) plus
+        ``-e``; a variable the agent must not have is removed with ``env -u NAME`` (names only, no
+        values on any command line), which then execs the agent."""
+        names: set[str] = set()
+        p = self._run("show-environment", "-g", check=False, fast=True)
+        if p.returncode != 0:
+            names |= set(os.environ)  # no server yet: it starts with our environment
+        else:
+            names |= {ln.split("=", 1)[0] for ln in p.stdout.splitlines() if ln and not ln.startswith("-")}
+        if target:
+            q = self._run("show-environment", "-t", target.split(":")[0], check=False, fast=True)
+            if q.returncode == 0:
+                names |= {ln.split("=", 1)[0] for ln in q.stdout.splitlines() if ln and not ln.startswith("-")}
+        stale = sorted(n for n in names - set(env) - {"TMUX", "TMUX_PANE"} if n)
+        if not stale:
+            return list(argv)
+        out = [shutil.which("env") or "/usr/bin/env"]
+        for n in stale:
+            out += ["-u", n]
+        return out + ["--", *argv]
+
     def create(self, argv, *, cwd, env, name, target=None, split=None, options={}):
         fmt = ["-P", "-F", FORMAT]
-        cmd = self._command(argv)
-        tail = ["--", *cmd] + self._after(options)
+        cmd = self._command(self._unset_stale(argv, env, target))
+        # The new pane's options are set in the SAME tmux command list, so they apply before its
+        # process can exit. That needs the new pane to be "current", so windows and splits are made
+        # without -d and the user's previous pane/window is selected again at the end.
+        restore: list[str] = []
         if split:
             if split not in ("right", "below"):
                 raise UsageError(f"--split must be 'right' or 'below', not {split!r}")
@@ -136,24 +161,23 @@ class TmuxBackend(Backend):
                 target = os.environ.get("TMUX_PANE") if os.environ.get("TMUX") else None
                 if not target:
                     raise UsageError("--split needs --target SESSION[:WINDOW] (or run it inside tmux)")
-            args = ["split-window", "-d", "-h" if split == "right" else "-v", "-t", target, "-c", cwd]
-            created = False
+            args = ["split-window", "-h" if split == "right" else "-v", "-t", target, "-c", cwd]
+            restore, created = [";", "last-pane"], False
         elif target:
-            tgt = target if ":" in target else target + ":"
-            args = ["new-window", "-d", "-a" if not tgt.endswith(":") else "", "-t", tgt, "-c", cwd]
-            args = [a for a in args if a]
-            created = False
+            args = ["new-window", "-a", "-t", target if ":" in target else target + ":", "-c", cwd]
+            restore, created = [";", "last-window"], False
         else:
-            args = ["new-session", "-d", "-s", name, "-c", cwd, "-x", "200", "-y", "50"]
+            args = ["new-session", "-d", "-s", name, "-c", cwd]
             created = True
-        p = self._run(*args, *self._env_args(env), *fmt, *tail)
+        p = self._run(*args, *self._env_args(env), *fmt, "--", *cmd, *self._after(options), *restore)
         info = _parse(p.stdout.splitlines()[0]) if p.stdout.strip() else None
         if info is None:
             raise MuxhostError(f"tmux {args[0]} printed no pane")
         return info, created
 
     def respawn(self, pane_id, argv, *, cwd, env):
-        self._run("respawn-pane", "-k", "-t", pane_id, "-c", cwd, *self._env_args(env), "--", *self._command(argv))
+        cmd = self._command(self._unset_stale(argv, env, pane_id))
+        self._run("respawn-pane", "-k", "-t", pane_id, "-c", cwd, *self._env_args(env), "--", *cmd)
         info = self.pane(pane_id)
         if info is None:
             raise MuxhostError(f"pane {pane_id} vanished after respawn")
@@ -166,7 +190,7 @@ class TmuxBackend(Backend):
         self._run("send-keys", "-t", pane_id, *keys)
 
     def capture(self, pane_id):
-        return self._run("capture-pane", "-p", "-J", "-t", pane_id).stdout
+        return self._run("capture-pane", "-p", "-J", "-S", "-", "-t", pane_id).stdout
 
     def kill_pane(self, pane_id):
         self._run("kill-pane", "-t", pane_id, check=False)

@@ -218,7 +218,7 @@ class FakeAnthropic:
         for m in body.get("messages") or ():
             texts.append(_text_of(m.get("content")))
         for t in texts:
-            m = re.search(r"(?:Primary working directory|Working directory):\s*(\S+)", t)
+            m = re.search(r"(?:Primary working directory|Working directory):[ \t]*([^\n]+?)[ \t]*$", t, re.M)
             if m:
                 return m.group(1)
         return self.cwd_hint
@@ -294,3 +294,72 @@ def fake_anthropic():
     srv = FakeAnthropic().start()
     yield srv
     srv.stop()
+
+
+class ClaudeWorld:
+    """The ``mux`` fixture set up for the real claude: HOME seeded, the fake server's env, the binary's
+    folder first on PATH, ``CLAUDE_CODE_TMPDIR`` private to the test (so ``claude-<uid>/`` is ours)."""
+
+    READY = "shift+tab to cycle"
+    tree_hash = staticmethod(tree_hash)
+
+    def __init__(self, mux, server: FakeAnthropic, tmp_path: Path, binary: str):
+        self.mux = mux
+        self.server = server
+        self.binary = binary
+        self.home = Path(mux.home)
+        self.work = tmp_path / "work"
+        self.work.mkdir()
+        self.tmpdir = tmp_path / "ctmp"
+        self.tmpdir.mkdir()
+        seed_home(self.home, [str(self.work)])
+        mux.env.update(claude_env(server.url))
+        mux.env["PATH"] = os.path.dirname(binary) + os.pathsep + mux.env.get("PATH", "")
+        mux.env["CLAUDE_CODE_TMPDIR"] = str(self.tmpdir)
+        self.config_dir = self.home / ".claude"
+
+    def quiet_hash(self, *roots, settle: float = 1.0, timeout: float = 20.0) -> dict[str, str]:
+        """A tree hash once nothing has changed for ``settle`` seconds (a running claude appends to
+        its transcript a moment after a turn ends)."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        last = tree_hash(*roots)
+        while True:
+            time.sleep(settle)
+            now = tree_hash(*roots)
+            if now == last or time.monotonic() > deadline:
+                return now
+            last = now
+
+    def ctx(self, cwd: str | os.PathLike = ""):
+        from muxhost import AgentContext
+
+        return AgentContext(home=str(self.home), env=dict(self.mux.env), cwd=str(cwd))
+
+    def launch(self, cwd: Path, *extra: str) -> dict:
+        rec = self.mux.ok("launch", "claude", "--cwd", str(cwd), "--json", *extra)
+        self.wait_ready(rec["pane"])
+        return rec
+
+    def wait_ready(self, pane: str, timeout: float = 30) -> str:
+        return self.mux.wait_screen(pane, self.READY, timeout=timeout)
+
+    def say(self, pane: str, text: str, expect: str, timeout: float = 30) -> str:
+        """Type a prompt, then wait until ``expect`` shows up on the screen more often than before."""
+        from muxhost.testing import wait_for
+
+        before = self.mux.capture(pane).count(expect)
+        self.mux.type(pane, text)
+        return wait_for(lambda: (lambda s: s if s.count(expect) > before else None)(self.mux.capture(pane)),
+                        timeout=timeout, what=f"{expect!r} after typing {text!r} on {pane}")
+
+    def record(self, ref: str) -> dict:
+        return next(r for r in self.mux.ok("ls", "--all", "--json") if r["id"] == ref)
+
+
+@pytest.fixture
+def claude_world(mux, fake_anthropic, tmp_path):
+    from muxhost.testing import agent_binary
+
+    return ClaudeWorld(mux, fake_anthropic, tmp_path, agent_binary("claude"))

@@ -435,7 +435,7 @@ class CodexAgent(Agent):
             how = " ".join(switch)
             note = f"{warning}; muxhost runs it in-process with `{how}`"
             ctx.notes.append(note)
-            log.info(note)
+            log.warning("muxhost: warning: %s", note)
         if any(a == "--remote" or a.startswith("--remote=") for a in ctx.args):
             ctx.notes.append("codex: --remote connects to a server muxhost does not own: the conversation lives "
                              "there, and stop/purge cannot reach it")
@@ -532,7 +532,8 @@ class CodexAgent(Agent):
         """The newest top-level thread in ``ctx.cwd`` created after ``ctx.launched_at``, not claimed."""
         home = home or codex_home(ctx)
         cwds = {ctx.cwd, os.path.realpath(ctx.cwd)} if ctx.cwd else set()
-        since_ms = int((ctx.launched_at - 1.0) * 1000) if ctx.launched_at else 0
+        # created_at_ms and the rollout's timestamp are in milliseconds; allow a little clock skew
+        since_ms = int((ctx.launched_at - 0.1) * 1000) if ctx.launched_at else 0
         rows = _thread_rows(ctx, home, "order by created_at desc, id desc")
         candidates: list[tuple[int, str]] = []
         for row in rows:
@@ -718,6 +719,7 @@ class CodexAgent(Agent):
         home = codex_home(ctx)
         fam = self.family(ctx, conversation_id, home)
         before = self.artifacts(ctx, conversation_id)
+        dbs = self._dbs_naming(ctx, home, fam)
         removed: list[str] = []
         binary = find_binary(ctx)
         if binary is None:
@@ -757,9 +759,52 @@ class CodexAgent(Agent):
             if path.exists():
                 with _flocked(home / f"{name}.lock" if name == "session_index.jsonl" else None):
                     drop_lines(path, self._jsonl_matcher(key, ids))
+        if ctx.config.get("vacuum", True):
+            for db in dbs:
+                self._scrub(ctx, db)
         after = set(self.artifacts(ctx, conversation_id))
         removed.extend(item for item in before if item not in after)
         return removed
+
+    def _dbs_naming(self, ctx: AgentContext, home: Path, tids: list[str]) -> list[Path]:
+        """The databases that have a row naming one of ``tids`` (read-only)."""
+        out = []
+        marks = ",".join("?" * len(tids))
+        for db in _databases(ctx, home):
+            con = _ro(db)
+            if con is None:
+                continue
+            try:
+                if any(con.execute(f'select 1 from "{t}" where "{c}" in ({marks}) limit 1', tids).fetchone()
+                       for t, c in _id_columns(con)):
+                    out.append(db)
+            except sqlite3.Error:
+                continue
+            finally:
+                con.close()
+        return out
+
+    @staticmethod
+    def _scrub(ctx: AgentContext, db: Path) -> None:
+        """Deleted rows stay readable in free pages and in the WAL until SQLite reuses them:
+        checkpoint the WAL and VACUUM, so the thread's text is gone from the file too."""
+        try:
+            con = sqlite3.connect(str(db), timeout=_RW_TIMEOUT, isolation_level=None)
+        except sqlite3.Error as e:
+            ctx.notes.append(f"codex: could not open {ctx.expand(db)} to compact it ({e})")
+            return
+        try:
+            con.execute("pragma wal_checkpoint(TRUNCATE)").fetchall()
+            con.execute("vacuum")
+            busy = con.execute("pragma wal_checkpoint(TRUNCATE)").fetchone()
+            if busy and busy[0]:
+                ctx.notes.append(f"codex: {ctx.expand(db)}: a reader kept the WAL from being truncated; "
+                                 "deleted pages may linger there until codex checkpoints it")
+        except sqlite3.Error as e:
+            ctx.notes.append(f"codex: could not VACUUM {ctx.expand(db)} ({e}); deleted rows' bytes may "
+                             "linger in free pages until SQLite reuses them")
+        finally:
+            con.close()
 
     def _sql_sweep(self, ctx: AgentContext, home: Path, tids: list[str]) -> set[str]:
         """Delete every row naming one of ``tids``: one read-write transaction per database.

@@ -12,9 +12,13 @@ Every request is kept in ``server.requests`` (path, headers, JSON body).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
+import re
+import sqlite3
+import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -78,7 +82,7 @@ class FakeResponses:
                     self.send_header("content-length", "0")
                     self.end_headers()
                     return
-                events = fake.reply(body)
+                events = fake.reply(body, dict(self.headers))
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
                 self.send_header("cache-control", "no-cache")
@@ -105,11 +109,17 @@ class FakeResponses:
 
     # -- the model ------------------------------------------------------------------------------
 
-    def reply(self, body: dict) -> list[dict]:
+    def reply(self, body: dict, headers: dict | None = None) -> list[dict]:
         n = next(self._seq)
         items = [i for i in body.get("input") or () if isinstance(i, dict)]
         last = items[-1] if items else {}
-        if last.get("type", "message") == "message" and last.get("role") == "user" and SPAWN_WORD in _text_of(last):
+        try:
+            meta = json.loads((headers or {}).get("x-codex-turn-metadata") or "{}")
+        except ValueError:
+            meta = {}
+        user_turn = meta.get("thread_source", "user") == "user"  # not the title or a sub-agent turn
+        if (user_turn and last.get("type", "message") == "message" and last.get("role") == "user"
+                and SPAWN_WORD in _text_of(last)):
             call_id = f"call_spawn_{n}"
             with self._lock:
                 self.spawned.append(call_id)
@@ -136,6 +146,10 @@ class FakeResponses:
                                  "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0},
                                  "total_tokens": 15}}})
         return events
+
+    def threads_asked(self) -> list[str]:
+        """The ``thread-id`` header of every request, in order."""
+        return [r["headers"].get("thread-id") or r["headers"].get("Thread-Id") or "" for r in list(self.requests)]
 
     def user_texts(self) -> list[str]:
         out = []
@@ -187,3 +201,123 @@ def fake_responses():
     server = FakeResponses().start()
     yield server
     server.stop()
+
+
+# -----------------------------------------------------------------------------------------------
+# a private codex setup: CODEX_HOME, the fake server, the real binary
+
+
+class Codex:
+    """The real codex binary against the fake server, with its own CODEX_HOME under ``home``."""
+
+    def __init__(self, binary: str, home: Path, server: FakeResponses, base_env: dict[str, str]):
+        self.binary = binary
+        self.home = home
+        self.codex_home = home / ".codex"
+        self.server = server
+        self.env = dict(base_env)
+        self.env.update(HOME=str(home), CODEX_HOME=str(self.codex_home), FAKE_API_KEY="dummy",
+                        PATH=os.path.dirname(binary) + os.pathsep + base_env.get("PATH", os.defpath))
+        for k in list(self.env):
+            if k.startswith("TMUX"):
+                del self.env[k]
+        self.trusted: list[str] = []
+
+    def configure(self, *dirs: Path, daemon: bool = False) -> None:
+        self.trusted = [str(d) for d in dirs]
+        write_codex_config(self.codex_home, self.server.base_url, self.trusted, daemon=daemon)
+
+    def exec(self, prompt: str, cwd: Path, timeout: float = 60) -> str:
+        """``codex exec`` one prompt; returns the new thread id."""
+        p = subprocess.run([self.binary, "exec", "--skip-git-repo-check", prompt], cwd=str(cwd), env=self.env,
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+        assert p.returncode == 0, f"codex exec -> {p.returncode}\n{p.stdout}\n{p.stderr}"
+        m = re.search(r"session id: (\S+)", p.stdout + p.stderr)
+        assert m, p.stdout + p.stderr
+        return m.group(1)
+
+    # -- looking at CODEX_HOME (read-only) -----------------------------------------------------
+
+    def databases(self) -> list[Path]:
+        return sorted(self.codex_home.glob("*.sqlite"))
+
+    def query(self, db: str, sql: str, args: tuple = ()) -> list[tuple]:
+        path = self.codex_home / db
+        if not path.exists():
+            return []
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1)
+        try:
+            return con.execute(sql, args).fetchall()
+        finally:
+            con.close()
+
+    def rows(self) -> dict[str, set[tuple]]:
+        """Every row of every table of every database: {"db/table": {row, …}}."""
+        out: dict[str, set[tuple]] = {}
+        for db in self.databases():
+            con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
+            try:
+                for (table,) in con.execute("select name from sqlite_master where type='table'"):
+                    out[f"{db.name}/{table}"] = set(con.execute(f'select * from "{table}"').fetchall())
+            finally:
+                con.close()
+        return out
+
+    def files(self) -> dict[str, str]:
+        """{path relative to CODEX_HOME: sha256} of every file but the databases and codex's own tmp."""
+        out = {}
+        for p in sorted(self.codex_home.rglob("*")):
+            rel = p.relative_to(self.codex_home).as_posix()
+            if not p.is_file() or ".sqlite" in p.name or rel.startswith((".tmp/", "skills/", "packages/")):
+                continue
+            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+        return out
+
+    def lines(self, name: str) -> list[bytes]:
+        try:
+            return (self.codex_home / name).read_bytes().splitlines()
+        except FileNotFoundError:
+            return []
+
+    def snapshot(self, ids: set[str]) -> dict:
+        """Everything in CODEX_HOME that does NOT name one of ``ids``: rows, files, jsonl lines."""
+        def names(value) -> bool:
+            text = value if isinstance(value, str) else (value.decode("latin-1") if isinstance(value, bytes) else "")
+            return any(i in text for i in ids)
+
+        rows = {t: {r for r in rs if not any(names(v) for v in r)} for t, rs in self.rows().items()}
+        files = {k: v for k, v in self.files().items()
+                 if not any(i in k for i in ids) and k not in ("history.jsonl", "session_index.jsonl")
+                 and not k.startswith("thread-writer-locks/")}
+        jsonl = {n: [ln for ln in self.lines(n) if not names(ln)] for n in ("history.jsonl", "session_index.jsonl")}
+        return {"rows": rows, "files": files, "jsonl": jsonl}
+
+    def mentions(self, ids: set[str]) -> list[str]:
+        """Every place in CODEX_HOME that still names one of ``ids``: a row, a file name, file bytes."""
+        out = []
+        for table, rs in self.rows().items():
+            for r in rs:
+                for v in r:
+                    text = v if isinstance(v, str) else (v.decode("latin-1") if isinstance(v, bytes) else "")
+                    if any(i in text for i in ids):
+                        out.append(f"row {table} {r!r:.120}")
+        for p in self.codex_home.rglob("*"):
+            rel = p.relative_to(self.codex_home).as_posix()
+            if any(i in rel for i in ids):
+                out.append(f"path {rel}")
+            elif p.is_file() and not rel.startswith(("skills/", "packages/")):
+                data = p.read_bytes()
+                if any(i.encode() in data for i in ids):
+                    out.append(f"bytes of {rel}")
+        return out
+
+
+@pytest.fixture
+def codex(tmp_path, fake_responses):
+    """A :class:`Codex` with its own HOME (``tmp_path/chome``) and the fake server; the real binary."""
+    from muxhost.testing import agent_binary, clean_env
+
+    binary = agent_binary("codex")
+    home = tmp_path / "chome"
+    home.mkdir()
+    return Codex(binary, home, fake_responses, clean_env(home))

@@ -1,0 +1,171 @@
+"""The real claude binary, in real tmux panes, through the muxhost CLI (issue 3, point 6).
+
+Needs the ``claude`` CLI (``.ci/run`` installs it; ``$MUXHOST_AGENT_BIN_DIR``): in CI a missing binary
+fails, elsewhere these tests skip and say why. The model is the fake server of conftest.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from muxhost.testing import wait_for
+from muxhost_claude import ClaudeAgent, clear_last_session_id, project_folder_name
+
+# the words conftest.FakeAnthropic reacts to (conftest is not importable by name)
+MAKE_STUFF = "MUXHOST_MAKE_STUFF"
+CREATED_FILE = "made-by-claude.txt"
+SUB_FILE = "made-by-subagent.txt"
+FAKE_REPLY = "hello, I am a fake model"
+
+
+def _paths_naming(root: Path, *ids: str) -> list[str]:
+    return sorted(os.path.join(d, n) for d, dirs, files in os.walk(root) for n in dirs + files
+                  if any(i in n for i in ids))
+
+
+def test_folder_encoding_matches_the_binary(claude_world, tmp_path):
+    """claude -p in odd and over-200-character cwds: the folder it makes is project_folder_name()."""
+    w = claude_world
+    cwds = [w.work / "a b.c_d", w.work / ("x" * 110) / ("y.z" * 40)]
+    for cwd in cwds:
+        cwd.mkdir(parents=True)
+        p = subprocess.run([w.binary, "-p", "hello"], cwd=cwd, env=w.mux.env, capture_output=True, text=True,
+                           timeout=60, stdin=subprocess.DEVNULL)
+        assert p.returncode == 0, p.stderr
+        assert FAKE_REPLY in p.stdout
+        expected = project_folder_name(os.path.realpath(cwd))
+        assert [d.name for d in (w.config_dir / "projects").iterdir() if d.name == expected] == [expected], \
+            sorted(d.name for d in (w.config_dir / "projects").iterdir())
+        transcripts = list((w.config_dir / "projects" / expected).glob("*.jsonl"))
+        assert len(transcripts) == 1
+        agent = ClaudeAgent()
+        ctx = w.ctx(cwd)
+        cid = transcripts[0].stem
+        assert agent.exists(ctx, cid)
+        assert agent.resume(ctx, cid).argv[-2:] == ["--resume", cid]
+    assert len(project_folder_name(os.path.realpath(cwds[1]))) > 200
+
+
+def test_scenario(claude_world):
+    w = claude_world
+    mux = w.mux
+    agent = ClaudeAgent()
+    cwd = w.work / "proj dir.x"
+    cwd.mkdir()
+
+    # a second conversation in the same cwd, made first: it must come through the purge untouched
+    other = w.launch(cwd)
+    other_id = other["conversation_id"]
+    w.say(other["pane"], "hello other", FAKE_REPLY)
+    assert mux.ok("stop", other["id"], "--json")["outcome"] == "exit"
+
+    # 1. launch: the record knows its conversation from the first second
+    rec = w.launch(cwd)
+    ref, id1 = rec["id"], rec["conversation_id"]
+    assert agent.valid_id(id1) and id1 != other_id
+    assert rec["argv"][-2:] == ["--session-id", id1]
+
+    # 2. a prompt: the fake model writes a file, creates a task, runs a sub-agent (which writes a file)
+    w.say(rec["pane"], f"please {MAKE_STUFF} now", "all done", timeout=60)
+    assert (cwd / CREATED_FILE).read_text() == "hello from claude\n"
+    assert (cwd / SUB_FILE).exists()
+    enc = project_folder_name(str(cwd))
+    folder = w.config_dir / "projects" / enc
+    assert (folder / f"{id1}.jsonl").is_file()
+    assert list((folder / id1 / "subagents").glob("agent-*.jsonl")), "the sub-agent's transcript"
+    assert list((w.config_dir / "tasks" / id1).glob("*.json")), "the task"
+    sub_requests = [r for r in w.server.requests if "MUXHOST_SUBAGENT_WORK" in json.dumps(r["body"].get("messages"))]
+    assert sub_requests, "the sub-agent talked to the fake server"
+    assert any(r["headers"].get("X-Claude-Code-Session-Id") == id1 for r in w.server.requests)
+    held = agent.in_use(w.ctx(cwd), id1)
+    assert held and all(h.startswith("pid ") for h in held)
+
+    # 3. stop: a clean /exit
+    stopped = mux.ok("stop", ref, "--json")
+    assert stopped["outcome"] == "exit", stopped
+    assert agent.in_use(w.ctx(cwd), id1) == []
+    assert not list((w.config_dir / "sessions").glob("*.json")), "a clean exit removes the registry file"
+    lines_before = len((folder / f"{id1}.jsonl").read_bytes().splitlines())
+
+    # 4. resume: same record, same conversation, the same transcript grows
+    mux.ok("resume", ref, "--json")
+    live = w.record(ref)
+    assert live["state"] == "running" and live["conversation_id"] == id1
+    w.wait_ready(live["pane"])
+    w.say(live["pane"], "hello again", FAKE_REPLY)
+    wait_for(lambda: len((folder / f"{id1}.jsonl").read_bytes().splitlines()) > lines_before, what="transcript grows")
+    assert len(list(folder.glob("*.jsonl"))) == 2  # no new conversation: other + id1
+
+    # 5. /clear: the record follows the new conversation
+    mux.type(live["pane"], "/clear")
+    id2 = wait_for(lambda: (lambda r: r["conversation_id"] if r["conversation_id"] != id1 else None)(
+        next(r for r in mux.ok("ls", "--json") if r["id"] == ref)), timeout=20, what="ls follows /clear")
+    assert agent.valid_id(id2) and id2 not in (id1, other_id)
+    w.say(live["pane"], "after clear", FAKE_REPLY)
+    assert (folder / f"{id2}.jsonl").is_file()
+
+    # 6. purge while running: exit 4 and nothing touched (a hash of every file)
+    roots = [w.home, w.work, w.tmpdir]
+    before = w.quiet_hash(*roots)
+    for args in (("purge", ref, "--yes", "--json"),
+                 ("purge", "--agent", "claude", "--conversation", id2, "--yes", "--json"),
+                 ("purge", "--agent", "claude", "--conversation", id1, "--yes", "--json")):
+        r = mux.run(*args)
+        assert r.rc == 4, (args, r)
+        assert r.err.startswith("muxhost:") and "\n" not in r.err.strip(), r.err
+    assert w.tree_hash(*roots) == before
+
+    # 7. stop
+    assert mux.ok("stop", ref, "--json")["outcome"] == "exit"
+
+    # what must survive, byte for byte: the other conversation and the shared files
+    ours = (id1, id2)
+    keep_before = w.tree_hash(*roots, skip=ours + ("history.jsonl", ".claude.json"))
+    hist = w.config_dir / "history.jsonl"
+    gcfg = w.home / ".claude.json"
+    hist_before, gcfg_before = hist.read_bytes(), gcfg.read_bytes()
+    assert json.loads(gcfg_before)["projects"][str(cwd)]["lastSessionId"] in ours
+    plan1 = agent.artifacts(w.ctx(cwd), id1)
+    plan2 = agent.artifacts(w.ctx(cwd), id2)
+    for plan, cid in ((plan1, id1), (plan2, id2)):
+        assert f"~/.claude/projects/{enc}/{cid}.jsonl" in plan
+        assert any(p.startswith("~/.claude/history.jsonl: ") for p in plan)
+    assert f"~/.claude/projects/{enc}/{id1}/" in plan1
+    assert f"~/.claude/tasks/{id1}/" in plan1
+    assert f"{w.tmpdir}/claude-{os.getuid()}/{enc}/{id1}/" in plan1
+
+    # 8. purge the record (its conversation now: id2), then the first one by id from elsewhere
+    rep2 = mux.ok("purge", ref, "--yes", "--json")
+    assert rep2["conversation_id"] == id2 and rep2["complete"] is True and rep2["residual"] == [], rep2
+    assert sorted(rep2["removed"]) == sorted(rep2["plan"]) and rep2["plan"]
+    rep1 = mux.ok("purge", "--agent", "claude", "--conversation", id1, "--yes", "--json")
+    assert rep1["conversation_id"] == id1 and rep1["complete"] is True and rep1["residual"] == [], rep1
+    assert sorted(rep1["removed"]) == sorted(rep1["plan"])
+    assert set(plan1) <= set(rep1["plan"])
+    # gone means gone: again is "not found"
+    assert mux.run("purge", "--agent", "claude", "--conversation", id1, "--yes", "--json").rc == 3
+
+    # every artifact of both ids is gone (backups/ is shared: claude's own copies of .claude.json)
+    assert _paths_naming(w.home, *ours) == []
+    assert _paths_naming(w.tmpdir, *ours) == []
+    for cid in ours:
+        assert agent.artifacts(w.ctx(cwd), cid) == []
+        assert not agent.exists(w.ctx(cwd), cid)
+        for dirpath, dirs, files in os.walk(w.home):
+            if "/backups" in dirpath:
+                continue
+            for f in files:
+                assert cid.encode() not in Path(dirpath, f).read_bytes(), os.path.join(dirpath, f)
+
+    # ...and nothing else moved
+    assert w.tree_hash(*roots, skip=ours + ("history.jsonl", ".claude.json")) == keep_before
+    want_hist = b"".join(line for line in hist_before.splitlines(keepends=True)
+                         if json.loads(line).get("sessionId") not in ours)
+    assert hist.read_bytes() == want_hist
+    assert any(json.loads(line)["sessionId"] == other_id for line in want_hist.splitlines())
+    assert gcfg.read_bytes() == clear_last_session_id(clear_last_session_id(gcfg_before, id1), id2)
+    assert agent.exists(w.ctx(cwd), other_id)
+    assert (cwd / CREATED_FILE).exists(), "the work the agent did is not the conversation"

@@ -1,0 +1,281 @@
+"""CodexAgent's methods called directly (no tmux): threads made by the real ``codex exec`` against the
+fake Responses server, in a private CODEX_HOME."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+import muxhost_codex
+from muxhost import AgentContext
+from muxhost.procs import Proc
+from muxhost_codex import CodexAgent
+
+SPAWN = "please SPAWN-CHILD now"
+
+
+def ctx_for(codex, cwd, **kw) -> AgentContext:
+    return AgentContext(home=str(codex.home), env=dict(codex.env), cwd=str(cwd), **kw)
+
+
+def children_of(codex, parent: str) -> list[str]:
+    return [r[0] for r in codex.query("state_5.sqlite",
+                                      "select child_thread_id from thread_spawn_edges where parent_thread_id = ?",
+                                      (parent,))]
+
+
+def holder(args: list[str], lock_paths=()) -> subprocess.Popen:
+    """A python process that opens and flocks ``lock_paths`` (like codex does), then sleeps;
+    ``args`` end up in its argv."""
+    code = ("import fcntl, sys, time\n"
+            "fs = [open(p, 'a+') for p in sys.argv[1].split(',') if p]\n"
+            "[fcntl.flock(f, fcntl.LOCK_EX) for f in fs]\n"
+            "print('locked', flush=True)\n"
+            "time.sleep(60)\n")
+    p = subprocess.Popen([sys.executable, "-c", code, ",".join(str(x) for x in lock_paths), *args],
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "locked"
+    return p
+
+
+def assert_intact(before: dict, after: dict) -> None:
+    """Every unrelated row, file and line from before is still there, unchanged."""
+    for table, rows in before["rows"].items():
+        lost = rows - after["rows"].get(table, set())
+        assert not lost, f"{table}: {len(lost)} unrelated rows changed or went: {sorted(lost, key=repr)[:3]!r:.600}"
+    assert before["files"] == {k: v for k, v in after["files"].items() if k in before["files"]}
+    assert before["jsonl"] == after["jsonl"]
+
+
+# -- launch -----------------------------------------------------------------------------------
+
+
+def test_process_names_match_the_wrapper_pair():
+    agent = CodexAgent()
+    wrapper = Proc(10, 1, 1.0, "node", ("node", "/x/node_modules/.bin/codex", "--no-daemon"))
+    wrapper_js = Proc(10, 1, 1.0, "node", ("node", "/x/@openai/codex/bin/codex.js", "--no-daemon"))
+    native = Proc(11, 10, 1.0, "codex", ("/x/vendor/x86_64-unknown-linux-musl/bin/codex", "--no-daemon"))
+    other = Proc(12, 1, 1.0, "node", ("node", "/x/server.js"))
+    assert wrapper.matches_name(agent.process_names)
+    assert wrapper_js.matches_name(agent.process_names)
+    assert native.matches_name(agent.process_names)
+    assert not other.matches_name(agent.process_names)
+
+
+def test_launch_is_in_process_and_warns_about_a_daemon_config(codex, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    agent = CodexAgent()
+
+    codex.configure(work, daemon=True)  # no features.daemon_auto_start = false
+    ctx = ctx_for(codex, work, args=["-m", "fake-model"])
+    launch = agent.launch(ctx)
+    assert launch.argv == [codex.binary, "--no-daemon", "-m", "fake-model"]
+    assert len(ctx.notes) == 1 and "daemon" in ctx.notes[0] and "--no-daemon" in ctx.notes[0]
+    assert "~/.codex/config.toml" in ctx.notes[0]
+
+    codex.configure(work, daemon=False)
+    ctx = ctx_for(codex, work)
+    assert agent.launch(ctx).argv == [codex.binary, "--no-daemon"]
+    assert ctx.notes == []
+    cid = "01a22bb1-7ce7-7d11-a44a-cb6d0e97bd3f"
+    assert agent.resume(ctx, cid).argv == [codex.binary, "resume", "--no-daemon", cid]
+
+
+def test_launch_without_no_daemon_switch_disables_the_daemon_by_config(tmp_path):
+    old = tmp_path / "codex"
+    old.write_text("#!/bin/sh\necho 'Usage: codex [OPTIONS] [PROMPT]'\necho '  -c, --config <key=value>'\n")
+    old.chmod(old.stat().st_mode | stat.S_IXUSR)
+    home = tmp_path / "home"
+    home.mkdir()
+    agent = CodexAgent()
+    ctx = AgentContext(home=str(home), env={"PATH": str(tmp_path)}, cwd=str(tmp_path))
+    assert agent.launch(ctx).argv == [str(old), "-c", "features.daemon_auto_start=false"]
+    assert ctx.notes and "daemon" in ctx.notes[0]  # no config.toml: the daemon would start by default
+    ctx = AgentContext(home=str(home), env={"PATH": "/nonexistent"}, cwd=str(tmp_path), config={"binary": str(old)})
+    assert agent.launch(ctx).argv[0] == str(old)
+
+
+def test_codex_home_and_binary_come_from_the_agent_environment(tmp_path):
+    ctx = AgentContext(home=str(tmp_path), env={"CODEX_HOME": "~/elsewhere", "PATH": "/nonexistent"})
+    assert muxhost_codex.codex_home(ctx) == tmp_path / "elsewhere"
+    ctx = AgentContext(home=str(tmp_path), env={})
+    assert muxhost_codex.codex_home(ctx) == tmp_path / ".codex"
+    assert muxhost_codex.find_binary(AgentContext(home=str(tmp_path), env={"PATH": "/nonexistent"})) is None
+
+
+# -- discover -------------------------------------------------------------------------------------
+
+
+def test_discover_falls_back_to_the_newest_unclaimed_top_level_thread_in_cwd(codex, tmp_path):
+    work, other = tmp_path / "work", tmp_path / "other"
+    work.mkdir()
+    other.mkdir()
+    codex.configure(work, other)
+    old = codex.exec("before launch", work)
+    launched = time.time() + 0.01
+    time.sleep(1.1)
+    first = codex.exec(SPAWN, work)  # with a child thread, which must never be discovered
+    second = codex.exec("second", work)
+    codex.exec("elsewhere", other)
+    assert children_of(codex, first)
+    agent = CodexAgent()
+    assert agent.discover(ctx_for(codex, work, launched_at=launched)) == second
+    assert agent.discover(ctx_for(codex, work, launched_at=launched, claimed=frozenset({second}))) == first
+    assert agent.discover(ctx_for(codex, work, launched_at=launched, claimed=frozenset({first, second}))) is None
+    assert agent.discover(ctx_for(codex, work, launched_at=0, claimed=frozenset({first, second}))) == old
+
+
+def test_discover_prefers_the_thread_whose_writer_lock_the_agent_holds(codex, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    codex.configure(work)
+    parent = codex.exec(SPAWN, work)
+    (child,) = children_of(codex, parent)
+    newer = codex.exec("newer", work)
+    locks = codex.codex_home / "thread-writer-locks"
+    # like a live codex TUI: it holds its own thread's lock and its sub-agent's
+    p = holder([], [locks / f"{parent}.lock", locks / f"{child}.lock"])
+    try:
+        agent = CodexAgent()
+        ctx = ctx_for(codex, work, launched_at=0, pids=[p.pid])
+        assert agent.discover(ctx) == parent
+        assert set(agent.held_threads(ctx)) == {parent, child}
+        ctx = ctx_for(codex, work, launched_at=0, pids=[p.pid], claimed=frozenset({parent}))
+        assert agent.discover(ctx) == newer  # the claimed one is skipped; the fallback finds `newer`
+    finally:
+        p.kill()
+        p.wait()
+
+
+# -- exists / in_use --------------------------------------------------------------------------------
+
+
+def test_exists_and_in_use(codex, tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    codex.configure(work)
+    parent = codex.exec(SPAWN, work)
+    (child,) = children_of(codex, parent)
+    agent = CodexAgent()
+    ctx = ctx_for(codex, work)
+    assert agent.exists(ctx, parent) and agent.exists(ctx, child)
+    assert not agent.exists(ctx, "01a22bb1-0000-7000-8000-000000000000")
+    assert agent.in_use(ctx, parent) == []
+
+    # a stale lock file (what a SIGKILLed codex leaves) holds nothing
+    locks = codex.codex_home / "thread-writer-locks"
+    locks.mkdir(exist_ok=True)
+    (locks / f"{child}.lock").touch()
+    assert agent.in_use(ctx, parent) == []
+
+    # a live holder of the CHILD's writer lock makes the parent in use (purging it deletes the child)
+    p = holder([], [locks / f"{child}.lock"])
+    try:
+        lines = agent.in_use(ctx, parent)
+        assert len(lines) == 1 and lines[0].startswith(f"pid {p.pid} ") and f"{child}.lock" in lines[0]
+        # fail closed: locked, but the holder cannot be seen
+        monkeypatch.setattr(muxhost_codex, "_holders_of", lambda paths: ({}, True))
+        assert any("cannot see" in line for line in agent.in_use(ctx, parent))
+        monkeypatch.setattr(muxhost_codex, "lock_state", lambda path: None)
+        with pytest.raises(RuntimeError):
+            agent.in_use(ctx, parent)
+        monkeypatch.undo()
+    finally:
+        p.kill()
+        p.wait()
+    assert agent.in_use(ctx, parent) == []
+
+    # argv naming the id
+    p = holder(["resume", parent])
+    try:
+        lines = agent.in_use(ctx, parent)
+        assert any(line.startswith(f"pid {p.pid} ") for line in lines)
+    finally:
+        p.kill()
+        p.wait()
+
+
+# -- artifacts / purge ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("with_binary", [True, False], ids=["codex-delete", "sql-fallback"])
+def test_purge_removes_parent_and_child_everywhere_and_nothing_else(codex, tmp_path, with_binary):
+    work, other = tmp_path / "work", tmp_path / "other"
+    work.mkdir()
+    other.mkdir()
+    codex.configure(work, other)
+    unrelated = codex.exec(SPAWN, other)
+    parent = codex.exec(SPAWN, work)
+    (child,) = children_of(codex, parent)
+    (unrelated_child,) = children_of(codex, unrelated)
+    ch = codex.codex_home
+    # what a TUI run leaves besides what `codex exec` writes
+    with open(ch / "history.jsonl", "ab") as f:
+        for sid, text in ((unrelated, "u1"), (parent, "p1"), (unrelated, "u2"), (parent, "p2")):
+            f.write(json.dumps({"session_id": sid, "ts": 1, "text": text}).encode() + b"\n")
+        f.write(b"not json, keep me\n")
+    for tid in (parent, child, unrelated):
+        (ch / "shell_snapshots").mkdir(exist_ok=True)
+        (ch / "shell_snapshots" / f"{tid}.1796029381870473660.sh").write_text("snapshot\n")
+        (ch / "tui-thread-reference-capabilities").mkdir(exist_ok=True)
+        (ch / "tui-thread-reference-capabilities" / tid).touch()
+        (ch / "thread-writer-locks").mkdir(exist_ok=True)
+        (ch / "thread-writer-locks" / f"{tid}.lock").touch()
+
+    agent = CodexAgent()
+    ctx = ctx_for(codex, work)
+    if not with_binary:
+        ctx.config["binary"] = str(tmp_path / "no-such-codex")
+    plan = agent.artifacts(ctx, parent)
+    suffix = f" [child thread {child}]"
+    assert any(a.startswith("~/.codex/sessions/") and parent in a and not a.endswith("]") for a in plan)
+    assert any(a.startswith("~/.codex/sessions/") and a.endswith(suffix) for a in plan)
+    assert f"threads:{parent}" in plan and f"threads:{child}{suffix}" in plan
+    assert f"~/.codex/history.jsonl (2 lines of {parent})" in plan
+    assert f"~/.codex/tui-thread-reference-capabilities/{parent}" in plan
+    assert f"~/.codex/thread-writer-locks/{child}.lock{suffix}" in plan
+    assert not any(unrelated in a for a in plan)
+
+    ids = {parent, child}
+    before = codex.snapshot(ids)
+    removed = agent.purge(ctx, parent)
+    assert agent.artifacts(ctx, parent) == []
+    assert set(plan) <= set(removed)
+    if with_binary:
+        assert removed[0] == f"codex delete --force {parent}"
+        assert not any("fallback" in n for n in ctx.notes)
+    else:
+        assert any("not found" in n and "fallback" in n for n in ctx.notes)
+    assert codex.mentions(ids) == []  # no row, no file name, no byte (the databases are compacted)
+    assert_intact(before, codex.snapshot(ids))  # every unrelated row, file and line intact
+    assert [json.loads(x)["text"] for x in codex.lines("history.jsonl")[:-1]] == ["u1", "u2"]
+    assert codex.lines("history.jsonl")[-1] == b"not json, keep me"
+    assert agent.exists(ctx, unrelated) and agent.exists(ctx, unrelated_child)
+    assert not agent.exists(ctx, parent) and not agent.exists(ctx, child)
+    assert agent.artifacts(ctx, unrelated)
+
+
+def test_purge_without_any_database_or_binary(codex, tmp_path):
+    """Only files left (databases gone): the rollouts' session_meta still names the children."""
+    work = tmp_path / "work"
+    work.mkdir()
+    codex.configure(work)
+    parent = codex.exec(SPAWN, work)
+    (child,) = children_of(codex, parent)
+    for db in codex.codex_home.glob("*.sqlite*"):
+        db.unlink()
+    agent = CodexAgent()
+    ctx = ctx_for(codex, work, config={"binary": str(tmp_path / "none")})
+    assert agent.exists(ctx, parent)
+    plan = agent.artifacts(ctx, parent)
+    assert any(a.endswith(f"[child thread {child}]") for a in plan)
+    agent.purge(ctx, parent)
+    assert agent.artifacts(ctx, parent) == []
+    assert codex.mentions({parent, child}) == []

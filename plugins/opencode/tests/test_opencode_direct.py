@@ -1,0 +1,235 @@
+"""OpenCodeAgent's methods against databases the real opencode wrote (``opencode run`` with the fake
+model), without tmux: id format, database location, discover, in_use, artifacts and purge."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+from muxhost.agent import AgentContext
+from muxhost.testing import wait_for
+from muxhost_opencode import OpenCodeAgent, _lock_holders, session_from_argv
+
+AGENT = OpenCodeAgent()
+
+
+def ctx_for(oc, **kw) -> AgentContext:
+    kw.setdefault("cwd", oc.made_cwd)
+    return AgentContext(home=str(oc.home), env=dict(oc.env), **kw)
+
+
+@pytest.fixture
+def spawned():
+    """Start helper processes; every one is killed (by pid) at teardown."""
+    started: list[subprocess.Popen] = []
+
+    def start(argv, **kw) -> subprocess.Popen:
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            p.wait(timeout=10)
+
+
+def test_plugin_is_installed_as_an_entry_point():
+    eps = [ep for ep in entry_points(group="muxhost") if ep.name == "opencode"]
+    assert eps and eps[0].value == "muxhost_opencode"
+    registered = []
+    eps[0].load().muxhost_register_agents(registered.append)
+    assert [a.name for a in registered] == ["opencode"]
+
+
+def test_id_pattern_matches_real_ids(made, opencode_db):
+    oc, other, target, _t0 = made
+    ids = [r[0] for r in opencode_db(oc.db).query("select id from session")]
+    assert len(ids) == 6
+    assert all(AGENT.valid_id(i) for i in ids)
+    for bad in ("ses_../../etc", "ses_x", "msg_22bb155a80010Ths10RJzwRIPZ", other + "\n", "' or 1=1 --"):
+        assert not AGENT.valid_id(bad)
+
+
+def test_database_location(tmp_path):
+    home = tmp_path / "h"
+    me = os.environ.get("HOME") or os.path.expanduser("~")
+    c = AgentContext(home=str(home), env={})
+    assert AGENT.db_path(c) == home / ".local/share/opencode/opencode.db"
+    # XDG_DATA_HOME counts only for the caller's own HOME
+    c = AgentContext(home=str(home), env={"XDG_DATA_HOME": str(tmp_path / "xdg")})
+    assert AGENT.db_path(c) == home / ".local/share/opencode/opencode.db"
+    c = AgentContext(home=me, env={"XDG_DATA_HOME": str(tmp_path / "xdg")})
+    assert AGENT.db_path(c) == tmp_path / "xdg/opencode/opencode.db"
+    # OPENCODE_DB: absolute as is, relative to the data folder, :memory: is nowhere
+    c = AgentContext(home=str(home), env={"OPENCODE_DB": str(tmp_path / "x.db")})
+    assert AGENT.db_path(c) == tmp_path / "x.db"
+    c = AgentContext(home=str(home), env={"OPENCODE_DB": "other.db"})
+    assert AGENT.db_path(c) == home / ".local/share/opencode/other.db"
+    c = AgentContext(home=str(home), env={"OPENCODE_DB": ":memory:"})
+    assert AGENT.db_path(c) is None
+    assert AGENT.artifacts(c, "ses_" + "a" * 26) == []
+
+
+def test_session_from_argv():
+    sid = "ses_dd44eaab7ffe3ykayWgFcQn1Sq"
+    assert session_from_argv(["opencode", "-s", sid]) == sid
+    assert session_from_argv(["/x/opencode", "--session", sid, "--model", "m"]) == sid
+    assert session_from_argv(["opencode", f"--session={sid}"]) == sid
+    assert session_from_argv(["opencode", "-s", "ses_bad"]) is None
+    assert session_from_argv(["opencode", "run", "hello"]) is None
+
+
+def test_discover_pins_the_parent_not_the_newer_child(made, opencode_db):
+    oc, other, target, t0 = made
+    db = opencode_db(oc.db)
+    children = db.family(target)[1:]
+    assert len(children) == 2  # a sub-agent and its own child, both newer than the parent
+    newest = db.query("select id from session order by time_created desc limit 1")[0][0]
+    assert newest in children
+    assert AGENT.discover(ctx_for(oc, launched_at=t0)) == target
+    # before both conversations: still a parent, the newest one
+    assert AGENT.discover(ctx_for(oc, launched_at=t0 - 3600)) == target
+    # claimed by another record: the other parent, never a child
+    assert AGENT.discover(ctx_for(oc, launched_at=t0 - 3600, claimed=frozenset({target}))) == other
+    assert AGENT.discover(ctx_for(oc, launched_at=t0, claimed=frozenset({target}))) is None
+    # another directory: nothing
+    assert AGENT.discover(ctx_for(oc, launched_at=0, cwd=str(oc.root))) is None
+    # launched after every row: what the record knew
+    assert AGENT.discover(ctx_for(oc, launched_at=time.time() + 5, conversation_id=other)) == other
+
+
+def test_discover_reads_the_session_from_argv(made, spawned):
+    oc, other, target, _t0 = made
+    p = spawned([sys.executable, "-c", "import time; time.sleep(60)", "-s", other])
+    wait_for(lambda: session_from_argv(__import__("psutil").Process(p.pid).cmdline()), what="argv")
+    c = ctx_for(oc, launched_at=time.time() + 5, pids=[p.pid])
+    assert AGENT.discover(c) == other
+    assert AGENT.discover(ctx_for(oc, launched_at=time.time() + 5, pids=[p.pid], claimed=frozenset({other}))) is None
+
+
+def test_exists_and_family(made):
+    oc, other, target, _t0 = made
+    c = ctx_for(oc)
+    assert AGENT.exists(c, target) and AGENT.exists(c, other)
+    assert not AGENT.exists(c, "ses_" + "Z" * 26)
+    fam = AGENT.family(c, target)
+    assert fam[0] == target and len(fam) == 3 and other not in fam
+
+
+def _purge_and_check(oc, target, other, opencode_db, **ctx_kw):
+    db = opencode_db(oc.db)
+    fam, ofam = db.family(target), db.family(other)
+    assert len(fam) == 3 and len(ofam) == 3
+    data = oc.db.parent
+    # files opencode leaves behind: a session diff per session and a plan for the parent
+    diffs = data / "storage" / "session_diff"
+    diffs.mkdir(parents=True, exist_ok=True)
+    for sid in fam + ofam:
+        (diffs / f"{sid}.json").write_text("[]")
+    created, slug = db.query("select time_created, slug from session where id = ?", (target,))[0]
+    plan = data / "plans" / f"{created}-{slug}.md"
+    plan.parent.mkdir(parents=True, exist_ok=True)
+    plan.write_text("# plan\n")
+    before_other = db.counts(ofam)
+    assert db.counts(fam)["message"] > 0 and db.counts(fam)["event"] > 0
+
+    c = ctx_for(oc, **ctx_kw)
+    assert AGENT.in_use(c, target) == []
+    plan_items = AGENT.artifacts(c, target)
+    assert f"session:{target}" in plan_items
+    for child in fam[1:]:
+        assert f"session:{child} [child session {child}]" in plan_items
+        assert f"{c.expand(diffs / (child + '.json'))} [child session {child}]" in plan_items
+    assert c.expand(plan) in plan_items
+    assert not any(o in item for item in plan_items for o in ofam)
+
+    removed = AGENT.purge(c, target)
+    assert AGENT.artifacts(c, target) == []
+    assert set(removed) == set(plan_items)
+    assert db.counts(fam) == {t: 0 for t in before_other}
+    assert db.mentions(fam) == {}
+    assert db.counts(ofam) == before_other
+    for sid in fam:
+        assert not (diffs / f"{sid}.json").exists()
+    for sid in ofam:
+        assert (diffs / f"{sid}.json").exists()
+    assert not plan.exists()
+    return c
+
+
+def test_purge_with_the_binary(made, opencode_db):
+    oc, other, target, _t0 = made
+    c = _purge_and_check(oc, target, other, opencode_db)
+    assert c.notes == []
+
+
+def test_purge_without_the_binary_uses_sql(made, opencode_db):
+    oc, other, target, _t0 = made
+    oc.remove_binary()
+    c = _purge_and_check(oc, target, other, opencode_db)
+    assert any("binary not found" in n for n in c.notes), c.notes
+
+
+def test_purge_when_the_binary_fails(made, opencode_db, tmp_path):
+    oc, other, target, _t0 = made
+    fake = tmp_path / "failing-opencode"
+    fake.write_text("#!/bin/sh\necho 'boom' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    c = _purge_and_check(oc, target, other, opencode_db, config={"binary": str(fake)})
+    assert any("exited 3" in n and "boom" in n for n in c.notes), c.notes
+
+
+def test_in_use_argv_and_database_holders(made, spawned, opencode_db):
+    oc, other, target, _t0 = made
+    c = ctx_for(oc)
+    child = opencode_db(oc.db).family(target)[1]
+    # a process whose argv names a child of the conversation holds it
+    p = spawned([sys.executable, "-c", "import time; time.sleep(60)", "-s", child])
+    holders = wait_for(lambda: AGENT.in_use(c, target), what="argv holder")
+    assert any(h.startswith(f"pid {p.pid} ") and child in h for h in holders), holders
+    assert AGENT.in_use(c, other) == []
+    p.kill()
+    p.wait()
+    assert AGENT.in_use(c, target) == []
+    # a process with the database open holds every conversation in it
+    code = ("import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1]); c.execute('select count(*) from session')"
+            ".fetchall(); time.sleep(60)")
+    q = spawned([sys.executable, "-c", code, str(oc.db)])
+    holders = wait_for(lambda: AGENT.in_use(c, other), what="database holder")
+    assert len(holders) == 1 and holders[0].startswith(f"pid {q.pid} ") and "open" in holders[0], holders
+    assert q.pid in _lock_holders([str(oc.db) + "-shm"])
+
+
+def test_a_background_server_is_not_a_holder(made, spawned):
+    oc, other, target, _t0 = made
+    s = spawned([oc.binary, "serve", "--port", "0"], env=oc.env, cwd=oc.made_cwd)
+    wait_for(lambda: s.pid in (_lock_holders([str(oc.db), str(oc.db) + "-shm"]) or set()), timeout=30,
+             what="opencode serve opening the database")
+    assert AGENT.in_use(ctx_for(oc), target) == []
+
+
+def test_reads_never_wait_for_a_writer(made):
+    oc, other, target, t0 = made
+    w = sqlite3.connect(str(oc.db), timeout=1, isolation_level=None)
+    try:
+        w.execute("begin immediate")
+        w.execute("update session set title = 'x' where id = ?", (other,))
+        c = ctx_for(oc, launched_at=t0)
+        start = time.monotonic()
+        assert AGENT.discover(c) == target
+        assert AGENT.exists(c, other)
+        assert len(AGENT.artifacts(c, target)) > 10
+        assert time.monotonic() - start < 2
+    finally:
+        w.execute("rollback")
+        w.close()

@@ -1,0 +1,92 @@
+"""launch: sessions, targets, splits, cwd, environment, HOME, remain-on-exit, pane options."""
+import os
+import sys
+
+import psutil
+
+from muxhost.testing import wait_for
+
+
+def _env_of(pid):
+    return psutil.Process(pid).environ()
+
+
+def test_launch_demo_in_its_own_session(mux, tmp_path):
+    work = tmp_path / "work dir"
+    work.mkdir()
+    rec = mux.ok("launch", "demo", "--cwd", str(work), "--json")
+    assert rec["agent"] == "demo" and rec["state"] == "running"
+    assert rec["session"] == rec["name"] == f"demo-{rec['id']}"
+    assert rec["cwd"] == str(work)
+    assert rec["conversation_id"]  # the demo lets the launcher choose the id
+    mux.wait_screen(rec["pane"], "demo>")
+    # the agent IS the pane's process (not typed into a shell)
+    pane_pid = int(mux.tmux("display-message", "-p", "-t", rec["pane"], "#{pane_pid}")[0])
+    proc = psutil.Process(pane_pid)
+    assert "muxhost-demo" in " ".join(proc.cmdline())
+    assert proc.cwd() == str(work)
+    env = _env_of(pane_pid)
+    assert env["MUXHOST_RECORD"] == rec["id"]
+    assert env["HOME"] == str(mux.home)
+    opts = mux.tmux("display-message", "-p", "-t", rec["pane"], "#{@muxhost_record} #{@muxhost_agent} #{remain-on-exit}")[0]
+    assert opts == f"{rec['id']} demo on"
+    human = mux.run("ls")
+    assert rec["id"] in human.out and "running" in human.out
+
+
+def test_environment_is_the_launchers_not_the_tmux_servers(mux):
+    # a server started earlier with another environment
+    mux.server.cmd("new-session", "-d", "-s", "old")
+    mux.server.cmd("set-environment", "-g", "STALE_FROM_SERVER", "old")
+    mux.server.cmd("set-environment", "-g", "SHARED_VAR", "server-value")
+    mux.config.write_text("agents:\n  demo:\n    env: {FROM_CONFIG: yes-config}\n")
+    rec = mux.ok("launch", "demo", "--env", "EXTRA=1", "--json", env={"SHARED_VAR": "launcher-value"})
+    env = _env_of(rec["pids"][0])
+    assert env["SHARED_VAR"] == "launcher-value"
+    assert env["FROM_CONFIG"] == "yes-config"
+    assert env["EXTRA"] == "1"
+    assert env["MUXHOST_RECORD"] == rec["id"]
+
+
+def test_home_option_runs_the_agent_with_that_home(mux, tmp_path):
+    other = tmp_path / "other-home"
+    other.mkdir()
+    rec = mux.ok("launch", "demo", "--home", str(other), "--json",
+                 env={"XDG_DATA_HOME": str(tmp_path / "callers-xdg")})
+    env = _env_of(rec["pids"][0])
+    assert env["HOME"] == str(other)
+    assert "XDG_DATA_HOME" not in env  # the caller's XDG dirs belong to the caller's home
+    mux.wait_screen(rec["pane"], "demo>")
+    conv = other / ".local/share/muxhost-demo/conversations" / f"{rec['conversation_id']}.jsonl"
+    assert conv.exists()
+
+
+def test_target_and_split_into_an_existing_session(mux):
+    mux.server.cmd("new-session", "-d", "-s", "work", "-x", "120", "-y", "40")
+    win = mux.ok("launch", "demo", "--target", "work", "--json")
+    split = mux.ok("launch", "demo", "--target", "work", "--split", "right", "--json")
+    panes = mux.tmux("list-panes", "-s", "-t", "work", "-F", "#{pane_id} #{window_index}")
+    ids = [line.split()[0] for line in panes]
+    assert win["pane"] in ids and split["pane"] in ids
+    assert len({line.split()[1] for line in panes}) == 2  # a new window, and a split in it
+    # stopping a pane muxhost did not create a session for kills only that pane
+    mux.ok("stop", split["id"])
+    mux.ok("stop", win["id"])
+    assert mux.server.cmd("has-session", "-t", "work").returncode == 0
+
+
+def test_exit_status_and_last_screen_are_kept(mux):
+    mux.config.write_text("agents:\n  failing:\n    command: [sh, -c, 'sleep 0.3; echo last words; sleep 0.3; exit 3']\n")
+    rec = mux.ok("launch", "failing", "--json")
+    wait_for(lambda: mux.ok("show", rec["id"], "--json")["state"] == "exited", what="exit")
+    shown = mux.ok("show", rec["id"], "--json")
+    assert shown["exit_status"] == 3
+    # tmux keeps the last screen (scrolled up by its "Pane is dead" line)
+    kept = "\n".join(mux.tmux("capture-pane", "-p", "-S", "-", "-t", rec["pane"]))
+    assert "last words" in kept
+
+
+def test_agent_arguments_after_double_dash(mux, tmp_path):
+    mux.config.write_text(f"agents:\n  echo:\n    command: [{sys.executable}, -c, 'import sys,time; print(sys.argv[1:]); time.sleep(30)']\n")
+    rec = mux.ok("launch", "echo", "--json", "--", "--flag", "two words")
+    mux.wait_screen(rec["pane"], "['--flag', 'two words']")

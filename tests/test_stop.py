@@ -1,0 +1,98 @@
+"""The stop ladder (CONTRACT §3) on real processes in a real tmux pane."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+from muxhost import procs
+from muxhost.testing import wait_for
+
+
+def _alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_stubborn_agent_and_setsid_grandchild_are_all_killed(mux, stubborn_config):
+    rec = mux.ok("launch", "stubborn", "--json")
+    wait_for(stubborn_config.exists, what="the stubborn agent's pid file")
+    pids = [int(x) for x in stubborn_config.read_text().split()]
+    assert len(pids) == 3 and all(_alive(p) for p in pids)
+    # the grandchild really left the pane's session
+    assert os.getsid(pids[2]) != os.getsid(pids[0])
+    out = mux.ok("stop", rec["id"], "--json")
+    assert out["outcome"] == "kill"
+    assert out["state"] == "stopped"
+    assert [p for p in pids if _alive(p)] == []
+    assert mux.server.cmd("has-session", "-t", rec["name"]).returncode != 0
+
+
+def test_cooperative_agent_exits_well_inside_the_grace(mux):
+    rec = mux.ok("launch", "demo", "--json")
+    mux.wait_screen(rec["pane"], "demo>")
+    pid = rec["pids"][0]
+    out = mux.ok("stop", rec["id"], "--json")
+    assert out["outcome"] == "exit"
+    assert out["seconds"] < 3
+    assert not _alive(pid)
+    # it exited through /exit: the demo removed its live registry entry on the way out
+    assert not list((mux.home / ".local/share/muxhost-demo/live").glob("*.json"))
+
+
+def test_stop_of_an_agent_that_already_exited_types_nothing(mux, tmp_path):
+    marker = tmp_path / "typed"
+    mux.config.write_text(
+        "agents:\n  oneshot:\n"
+        f"    command: [sh, -c, 'echo done; exit 7']\n"
+        # if the ladder typed this into anything, the file would appear
+        f"    exit_text: 'touch {marker}'\n"
+    )
+    rec = mux.ok("launch", "oneshot", "--json")
+    wait_for(lambda: mux.ok("ls", "--json")[0]["state"] == "exited", what="the agent to exit")
+    shown = mux.ok("show", rec["id"], "--json")
+    assert shown["exit_status"] == 7  # remain-on-exit kept the status
+    out = mux.ok("stop", rec["id"], "--json")
+    assert out["outcome"] == "exit"
+    time.sleep(0.3)
+    assert not marker.exists()
+    assert mux.server.cmd("has-session", "-t", rec["name"]).returncode != 0
+
+
+def test_a_reused_pid_is_never_signalled():
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        ct = psutil.Process(p.pid).create_time()
+        # the snapshot said another process had this pid: different create time
+        assert procs.signal_if_same(p.pid, ct - 5.0, signal.SIGKILL) is False
+        assert procs.same_process(p.pid, ct - 5.0) is False
+        time.sleep(0.2)
+        assert p.poll() is None
+        assert procs.signal_if_same(p.pid, ct, signal.SIGKILL) is True
+        p.wait(timeout=5)
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def test_stop_finds_setsid_children_by_their_record_environment(mux, tmp_path):
+    """A tool process that left the pane's session and was re-parented is still the record's."""
+    pidfile = tmp_path / "orphan.pid"
+    script = (
+        "import os, subprocess, sys, time\n"
+        f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "os._exit(0)\n"  # the agent itself exits at once, orphaning the tool
+    )
+    mux.config.write_text(f"agents:\n  leaver:\n    command: [{sys.executable}, -c, {script!r}]\n")
+    rec = mux.ok("launch", "leaver", "--json")
+    wait_for(pidfile.exists, what="the orphan's pid")
+    orphan = int(pidfile.read_text())
+    assert _alive(orphan)
+    out = mux.ok("stop", rec["id"], "--json")
+    assert out["outcome"] in ("hup", "term")
+    assert not _alive(orphan)
