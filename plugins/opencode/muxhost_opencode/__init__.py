@@ -103,11 +103,14 @@ class OpenCodeAgent(Agent):
         return self.data_dir(ctx) / "opencode.db"
 
     # -- the Agent API -------------------------------------------------------------------------
+    # opencode takes its directory (the session's ``directory``) from $PWD when it is set, so a
+    # PWD inherited from whoever ran muxhost would file the session under the wrong folder
     def launch(self, ctx: AgentContext) -> Launch:
-        return Launch([self._require_binary(ctx), *ctx.args])
+        return Launch([self._require_binary(ctx), *ctx.args], env=self._pwd(ctx))
 
     def resume(self, ctx: AgentContext, conversation_id: str) -> Launch:
-        return Launch([self._require_binary(ctx), "-s", conversation_id], conversation_id=conversation_id)
+        return Launch([self._require_binary(ctx), "-s", conversation_id], env=self._pwd(ctx),
+                      conversation_id=conversation_id)
 
     def discover(self, ctx: AgentContext) -> str | None:
         """The parent session the agent is in: the newest top-level session created in its cwd since
@@ -316,6 +319,7 @@ class OpenCodeAgent(Agent):
             return
         env = dict(ctx.env)
         env["HOME"] = ctx.home
+        env.pop("PWD", None)
         db = self.db_path(ctx)
         if db is not None:
             env["OPENCODE_DB"] = str(db)  # the very database we read, whatever XDG says
@@ -384,6 +388,10 @@ class OpenCodeAgent(Agent):
         if not binary:
             raise MuxhostError("opencode is not installed (not on PATH; set `binary` in the agent's config)")
         return binary
+
+    @staticmethod
+    def _pwd(ctx: AgentContext) -> dict[str, str]:
+        return {"PWD": ctx.cwd} if ctx.cwd else {}
 
     @staticmethod
     def _label(item: str, sid: str, root: str) -> str:

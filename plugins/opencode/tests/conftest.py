@@ -195,7 +195,7 @@ class OpenCodeHome:
             cfg.parent.mkdir(parents=True)
             cfg.write_text(json.dumps(opencode_config(port), indent=1))
         self.env = {k: v for k, v in os.environ.items()
-                    if not k.startswith(("TMUX", "XDG_", "MUXHOST_", "OPENCODE", "CLAUDE", "CODEX"))}
+                    if not k.startswith(("TMUX", "XDG_", "MUXHOST_", "OPENCODE", "CLAUDE", "CODEX")) and k != "PWD"}
         self.env.update(OPENCODE_ENV, HOME=str(self.home), npm_config_cache=npm_cache,
                         PATH=f"{self.bin_dir}:{os.environ.get('PATH', os.defpath)}")
         self.made_cwd = str(self.cwd)  # the directory the sessions in the database were made in
@@ -205,7 +205,8 @@ class OpenCodeHome:
         return Path(self.env.get("OPENCODE_DB") or self.home / ".local/share/opencode/opencode.db")
 
     def run(self, prompt: str, timeout: float = 60) -> None:
-        p = subprocess.run([self.binary, "run", prompt], env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
+        env = dict(self.env, PWD=str(self.cwd))  # opencode files a session under $PWD
+        p = subprocess.run([self.binary, "run", prompt], env=env, cwd=self.cwd, stdin=subprocess.DEVNULL,
                            capture_output=True, text=True, timeout=timeout)
         assert p.returncode == 0, f"opencode run -> {p.returncode}\n{p.stdout}\n{p.stderr}"
 
