@@ -238,6 +238,27 @@ def _id_columns(con: sqlite3.Connection) -> list[tuple[str, str]]:
     return pairs
 
 
+def _naming(ctx: AgentContext, home: Path, tids: list[str]) -> list[tuple[Path, list[tuple[str, str]]]]:
+    """(database, its (table, column) pairs that hold thread ids) for each database that has a row
+    naming one of ``tids`` (read-only; every connection is closed on return)."""
+    marks = ",".join("?" * len(tids))
+    out = []
+    for db in _databases(ctx, home):
+        con = _ro(db)
+        if con is None:
+            continue
+        try:
+            pairs = _id_columns(con)
+            if any(con.execute(f'select 1 from "{t}" where "{c}" in ({marks}) limit 1', tids).fetchone()
+                   for t, c in pairs):
+                out.append((db, pairs))
+        except sqlite3.Error:
+            continue
+        finally:
+            con.close()
+    return out
+
+
 def _state_db(ctx: AgentContext, home: Path) -> Path:
     base = sqlite_home(ctx, home)
     candidates = sorted(base.glob("state_*.sqlite"), key=lambda p: _version_of(p), reverse=True)
@@ -768,21 +789,7 @@ class CodexAgent(Agent):
 
     def _dbs_naming(self, ctx: AgentContext, home: Path, tids: list[str]) -> list[Path]:
         """The databases that have a row naming one of ``tids`` (read-only)."""
-        out = []
-        marks = ",".join("?" * len(tids))
-        for db in _databases(ctx, home):
-            con = _ro(db)
-            if con is None:
-                continue
-            try:
-                if any(con.execute(f'select 1 from "{t}" where "{c}" in ({marks}) limit 1', tids).fetchone()
-                       for t, c in _id_columns(con)):
-                    out.append(db)
-            except sqlite3.Error:
-                continue
-            finally:
-                con.close()
-        return out
+        return [db for db, _ in _naming(ctx, home, tids)]
 
     @staticmethod
     def _scrub(ctx: AgentContext, db: Path) -> None:
@@ -811,20 +818,7 @@ class CodexAgent(Agent):
         Returns the tables that had rows."""
         touched: set[str] = set()
         marks = ",".join("?" * len(tids))
-        for db in _databases(ctx, home):
-            ro = _ro(db)
-            if ro is None:
-                continue
-            try:
-                pairs = _id_columns(ro)
-                has = [(t, c) for t, c in pairs
-                       if ro.execute(f'select 1 from "{t}" where "{c}" in ({marks}) limit 1', tids).fetchone()]
-            except sqlite3.Error:
-                continue
-            finally:
-                ro.close()
-            if not has:
-                continue
+        for db, pairs in _naming(ctx, home, tids):
             con = sqlite3.connect(str(db), timeout=_RW_TIMEOUT, isolation_level=None)
             try:
                 con.execute("begin immediate")

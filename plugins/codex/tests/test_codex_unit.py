@@ -30,6 +30,16 @@ def children_of(codex, parent: str) -> list[str]:
                                       (parent,))]
 
 
+def spawned_thread(codex, tmp_path) -> tuple:
+    """A thread made by `codex exec` in tmp_path/work that spawned one sub-agent: (work, parent, child)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    codex.configure(work)
+    parent = codex.exec(SPAWN, work)
+    (child,) = children_of(codex, parent)
+    return work, parent, child
+
+
 def holder(args: list[str], lock_paths=()) -> subprocess.Popen:
     """A python process that opens and flocks ``lock_paths`` (like codex does), then sleeps;
     ``args`` end up in its argv."""
@@ -133,11 +143,7 @@ def test_discover_falls_back_to_the_newest_unclaimed_top_level_thread_in_cwd(cod
 
 
 def test_discover_prefers_the_thread_whose_writer_lock_the_agent_holds(codex, tmp_path):
-    work = tmp_path / "work"
-    work.mkdir()
-    codex.configure(work)
-    parent = codex.exec(SPAWN, work)
-    (child,) = children_of(codex, parent)
+    work, parent, child = spawned_thread(codex, tmp_path)
     newer = codex.exec("newer", work)
     locks = codex.codex_home / "thread-writer-locks"
     # like a live codex TUI: it holds its own thread's lock and its sub-agent's
@@ -158,11 +164,7 @@ def test_discover_prefers_the_thread_whose_writer_lock_the_agent_holds(codex, tm
 
 
 def test_exists_and_in_use(codex, tmp_path, monkeypatch):
-    work = tmp_path / "work"
-    work.mkdir()
-    codex.configure(work)
-    parent = codex.exec(SPAWN, work)
-    (child,) = children_of(codex, parent)
+    work, parent, child = spawned_thread(codex, tmp_path)
     agent = CodexAgent()
     ctx = ctx_for(codex, work)
     assert agent.exists(ctx, parent) and agent.exists(ctx, child)
@@ -264,11 +266,7 @@ def test_purge_removes_parent_and_child_everywhere_and_nothing_else(codex, tmp_p
 
 def test_purge_without_any_database_or_binary(codex, tmp_path):
     """Only files left (databases gone): the rollouts' session_meta still names the children."""
-    work = tmp_path / "work"
-    work.mkdir()
-    codex.configure(work)
-    parent = codex.exec(SPAWN, work)
-    (child,) = children_of(codex, parent)
+    work, parent, child = spawned_thread(codex, tmp_path)
     for db in codex.codex_home.glob("*.sqlite*"):
         db.unlink()
     agent = CodexAgent()
