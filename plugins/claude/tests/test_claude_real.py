@@ -169,3 +169,57 @@ def test_scenario(claude_world):
     assert gcfg.read_bytes() == clear_last_session_id(clear_last_session_id(gcfg_before, id1), id2)
     assert agent.exists(w.ctx(cwd), other_id)
     assert (cwd / CREATED_FILE).exists(), "the work the agent did is not the conversation"
+
+
+def test_in_session_resume_kill_and_gone_cwd(claude_world):
+    """In-session ``/resume <id>`` moves the record; SIGKILL leaves a stale registry file that does not
+    count as "in use" and goes with the purge; resume in a cwd that is gone is "not found" (3)."""
+    import signal
+
+    import psutil
+
+    w = claude_world
+    mux = w.mux
+    agent = ClaudeAgent()
+    cwd = w.work / "second"
+    cwd.mkdir()
+
+    first = w.launch(cwd)
+    w.say(first["pane"], "hello first", FAKE_REPLY)
+    assert mux.ok("stop", first["id"], "--json")["outcome"] == "exit"
+    a = first["conversation_id"]
+
+    # a new agent that switches to conversation a from inside the TUI: the record follows
+    rec = w.launch(cwd)
+    assert rec["conversation_id"] != a
+    mux.type(rec["pane"], f"/resume {a}")
+    wait_for(lambda: next(r for r in mux.ok("ls", "--json") if r["id"] == rec["id"])["conversation_id"] == a,
+             timeout=20, what="ls follows an in-session /resume")
+    w.say(rec["pane"], "hello resumed", FAKE_REPLY)
+    held = agent.in_use(w.ctx(cwd), a)
+    assert held, "the live registry names a"
+
+    # SIGKILL: the registry file stays behind, names a dead pid, and does not count
+    registry = [f for f in (w.config_dir / "sessions").glob("*.json") if json.loads(f.read_text())["sessionId"] == a]
+    assert len(registry) == 1
+    pid = int(registry[0].stem)
+    proc = psutil.Process(pid)
+    assert "claude" in proc.name()
+    proc.send_signal(signal.SIGKILL)
+    wait_for(lambda: not psutil.pid_exists(pid) or proc.status() == psutil.STATUS_ZOMBIE, what="claude killed")
+    assert registry[0].exists(), "SIGKILL leaves the registry file"
+    assert agent.in_use(w.ctx(cwd), a) == []
+    assert f"~/.claude/sessions/{pid}.json" in agent.artifacts(w.ctx(cwd), a)
+    mux.run("stop", rec["id"], "--json")
+
+    # the cwd is gone: resume is "not found", and says why
+    gone = w.work / "second-moved"
+    cwd.rename(gone)
+    r = mux.run("resume", first["id"], "--json")
+    assert r.rc == 3, r
+    assert str(cwd) in r.err
+
+    # purge from elsewhere (no cwd to go by): everything of a goes, the stale registry file too
+    rep = mux.ok("purge", "--agent", "claude", "--conversation", a, "--yes", "--json")
+    assert rep["complete"] is True and f"~/.claude/sessions/{pid}.json" in rep["removed"], rep
+    assert _paths_naming(w.home, a) == []
