@@ -142,7 +142,7 @@ def _scalar(node, path: str, key: str):
 def _check(node, shape, key: str, path: str, lines: dict[str, int]):
     import yaml
 
-    lines[key] = node.start_mark.line + 1
+    lines.setdefault(key, node.start_mark.line + 1)
     if isinstance(shape, dict):
         if not isinstance(node, yaml.MappingNode):
             raise _fail(path, node, key, "expected a mapping")
@@ -154,6 +154,7 @@ def _check(node, shape, key: str, path: str, lines: dict[str, int]):
             sub = f"{key}.{k}" if key else k
             if k in out:
                 raise _fail(path, knode, sub, "duplicate key")
+            lines[sub] = knode.start_mark.line + 1
             if "*" in shape:
                 spec = shape["*"]
             elif k in shape:

@@ -56,8 +56,14 @@ class ConfigAgent(Agent):
         # nothing is known about its storage: resumable when a resume command is configured
         return bool(self.resume_argv)
 
+    def _cannot_purge(self) -> UsageError:
+        return UsageError(f"agent {self.name!r} is defined in the config and does not know its storage: it cannot purge")
+
+    def artifacts(self, ctx: AgentContext, conversation_id: str) -> list[str]:
+        raise self._cannot_purge()
+
     def purge(self, ctx: AgentContext, conversation_id: str) -> list[str]:
-        raise UsageError(f"agent {self.name!r} is defined in the config and does not know its storage: it cannot purge")
+        raise self._cannot_purge()
 
 
 class ConfigAgents:

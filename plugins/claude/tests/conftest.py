@@ -342,6 +342,14 @@ class ClaudeWorld:
         self.wait_ready(rec["pane"])
         return rec
 
+    def one_turn(self, cwd: Path, text: str, expect: str) -> dict:
+        """A whole short conversation: launch in ``cwd``, one prompt, a clean stop. Returns the record."""
+        rec = self.launch(cwd)
+        self.say(rec["pane"], text, expect)
+        stopped = self.mux.ok("stop", rec["id"], "--json")
+        assert stopped["outcome"] == "exit", stopped
+        return rec
+
     def wait_ready(self, pane: str, timeout: float = 30) -> str:
         return self.mux.wait_screen(pane, self.READY, timeout=timeout)
 

@@ -57,10 +57,7 @@ def test_scenario(claude_world):
     cwd.mkdir()
 
     # a second conversation in the same cwd, made first: it must come through the purge untouched
-    other = w.launch(cwd)
-    other_id = other["conversation_id"]
-    w.say(other["pane"], "hello other", FAKE_REPLY)
-    assert mux.ok("stop", other["id"], "--json")["outcome"] == "exit"
+    other_id = w.one_turn(cwd, "hello other", FAKE_REPLY)["conversation_id"]
 
     # 1. launch: the record knows its conversation from the first second
     rec = w.launch(cwd)
@@ -184,9 +181,7 @@ def test_in_session_resume_kill_and_gone_cwd(claude_world):
     cwd = w.work / "second"
     cwd.mkdir()
 
-    first = w.launch(cwd)
-    w.say(first["pane"], "hello first", FAKE_REPLY)
-    assert mux.ok("stop", first["id"], "--json")["outcome"] == "exit"
+    first = w.one_turn(cwd, "hello first", FAKE_REPLY)
     a = first["conversation_id"]
 
     # a new agent that switches to conversation a from inside the TUI: the record follows

@@ -292,6 +292,16 @@ class Codex:
         jsonl = {n: [ln for ln in self.lines(n) if not names(ln)] for n in ("history.jsonl", "session_index.jsonl")}
         return {"rows": rows, "files": files, "jsonl": jsonl}
 
+    @staticmethod
+    def assert_intact(before: dict, after: dict) -> None:
+        """Every unrelated row, file and line of ``before`` (a :meth:`snapshot`) is still there, unchanged
+        (codex may have added rows meanwhile, e.g. log lines of `codex delete` itself)."""
+        for table, rows in before["rows"].items():
+            lost = rows - after["rows"].get(table, set())
+            assert not lost, f"{table}: {len(lost)} unrelated rows changed or went: {sorted(lost, key=repr)[:3]!r:.600}"
+        assert before["files"] == {k: v for k, v in after["files"].items() if k in before["files"]}
+        assert before["jsonl"] == after["jsonl"]
+
     def mentions(self, ids: set[str]) -> list[str]:
         """Every place in CODEX_HOME that still names one of ``ids``: a row, a file name, file bytes."""
         out = []
@@ -321,3 +331,14 @@ def codex(tmp_path, fake_responses):
     home = tmp_path / "chome"
     home.mkdir()
     return Codex(binary, home, fake_responses, clean_env(home))
+
+
+@pytest.fixture
+def mux_codex(mux, fake_responses):
+    """A :class:`Codex` whose HOME is the ``mux`` fixture's HOME; ``mux.run`` gets its environment
+    (the binary's folder on PATH, CODEX_HOME, FAKE_API_KEY), so agents launched by the CLI use it."""
+    from muxhost.testing import agent_binary
+
+    cx = Codex(agent_binary("codex"), mux.home, fake_responses, mux.env)
+    mux.env.update({k: cx.env[k] for k in ("PATH", "CODEX_HOME", "FAKE_API_KEY")})
+    return cx

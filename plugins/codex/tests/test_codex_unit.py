@@ -54,15 +54,6 @@ def holder(args: list[str], lock_paths=()) -> subprocess.Popen:
     return p
 
 
-def assert_intact(before: dict, after: dict) -> None:
-    """Every unrelated row, file and line from before is still there, unchanged."""
-    for table, rows in before["rows"].items():
-        lost = rows - after["rows"].get(table, set())
-        assert not lost, f"{table}: {len(lost)} unrelated rows changed or went: {sorted(lost, key=repr)[:3]!r:.600}"
-    assert before["files"] == {k: v for k, v in after["files"].items() if k in before["files"]}
-    assert before["jsonl"] == after["jsonl"]
-
-
 # -- launch -----------------------------------------------------------------------------------
 
 
@@ -256,7 +247,7 @@ def test_purge_removes_parent_and_child_everywhere_and_nothing_else(codex, tmp_p
     else:
         assert any("not found" in n and "fallback" in n for n in ctx.notes)
     assert codex.mentions(ids) == []  # no row, no file name, no byte (the databases are compacted)
-    assert_intact(before, codex.snapshot(ids))  # every unrelated row, file and line intact
+    codex.assert_intact(before, codex.snapshot(ids))  # every unrelated row, file and line intact
     assert [json.loads(x)["text"] for x in codex.lines("history.jsonl")[:-1]] == ["u1", "u2"]
     assert codex.lines("history.jsonl")[-1] == b"not json, keep me"
     assert agent.exists(ctx, unrelated) and agent.exists(ctx, unrelated_child)

@@ -137,6 +137,11 @@ class FakeOpenAI:
         h.wfile.flush()
         h.close_connection = True
 
+    @property
+    def config(self) -> dict:
+        """An opencode.json that points opencode at this server."""
+        return opencode_config(self.port)
+
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()

@@ -1,0 +1,170 @@
+"""The real codex TUI in a real tmux pane, driven through the muxhost CLI (launch, ls, show, stop,
+resume, purge), against the fake Responses server and a private CODEX_HOME."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import psutil
+
+from muxhost.procs import same_process
+from muxhost.testing import wait_for
+
+READY = ("? for shortcuts", "Ask Codex to do anything")
+
+
+def wait_ready(mux, pane: str) -> str:
+    return wait_for(lambda: (lambda s: s if any(r in s for r in READY) else None)(mux.capture(pane)),
+                    timeout=30, what=f"codex ready on pane {pane}")
+
+
+def record(mux, rid: str, all_records: bool = True) -> dict:
+    args = ("ls", "--all", "--json") if all_records else ("ls", "--json")
+    return next(r for r in mux.ok(*args) if r["id"] == rid)
+
+
+def processes(pids) -> list[tuple[int, float]]:
+    out = []
+    for pid in pids:
+        try:
+            out.append((pid, psutil.Process(pid).create_time()))
+        except psutil.Error:
+            pass
+    return out
+
+
+def launch(mux, cwd) -> tuple[str, str]:
+    rec = mux.ok("launch", "codex", "--cwd", str(cwd), "--json")
+    assert rec["agent"] == "codex" and rec["state"] == "running"
+    assert "--no-daemon" in rec["argv"]
+    wait_ready(mux, rec["pane"])
+    return rec["id"], rec["pane"]
+
+
+def prompt(mux, cx, pane: str, text: str) -> None:
+    mux.type(pane, text, pause=0.6)  # codex takes text followed at once by Enter as a paste
+    wait_for(lambda: any(text in t for t in cx.server.user_texts()), timeout=30, what=f"the model asked {text!r}")
+
+
+def test_launch_prompt_subagent_stop_resume_purge(mux, mux_codex, tmp_path):
+    cx = mux_codex
+    work, other = tmp_path / "work", tmp_path / "other"
+    work.mkdir()
+    other.mkdir()
+    cx.configure(work, other)
+    locks = cx.codex_home / "thread-writer-locks"
+
+    # unrelated conversations that must survive: one from `codex exec` (with its own sub-agent) and
+    # one from a TUI in the same folder (a history.jsonl line, a capabilities file)
+    unrelated_exec = cx.exec("unrelated SPAWN-CHILD", other)
+    (unrelated_child,) = [r[0] for r in cx.query(
+        "state_5.sqlite", "select child_thread_id from thread_spawn_edges where parent_thread_id = ?", (unrelated_exec,))]
+    urid, upane = launch(mux, work)
+    prompt(mux, cx, upane, "unrelated hello")
+    mux.wait_screen(upane, "fake reply")
+    unrelated_tui = wait_for(lambda: record(mux, urid)["conversation_id"], what="the unrelated thread id")
+    assert mux.ok("stop", urid, "--json")["outcome"] == "exit"
+    unrelated = {unrelated_exec, unrelated_child, unrelated_tui}
+
+    # launch: the id is known before the first prompt (the TUI holds its writer lock from the start)
+    rid, pane = launch(mux, work)
+    cid = wait_for(lambda: record(mux, rid, all_records=False)["conversation_id"], timeout=15,
+                   what="ls to discover the conversation id")
+    assert cid not in unrelated
+    assert (locks / f"{cid}.lock").exists()
+
+    # prompt: the fake model answers with a multi_agent_v1.spawn_agent call, codex starts a sub-agent
+    prompt(mux, cx, pane, "hello SPAWN-CHILD please")
+    child = wait_for(lambda: [r[0] for r in cx.query(
+        "state_5.sqlite", "select child_thread_id from thread_spawn_edges where parent_thread_id = ?", (cid,))],
+        timeout=30, what="the sub-agent's spawn edge")[0]
+    wait_for(lambda: child in cx.server.threads_asked(), timeout=30, what="the sub-agent to ask the model")
+    mux.wait_screen(pane, "fake reply")
+    assert record(mux, rid, all_records=False)["conversation_id"] == cid  # the parent, never the child
+
+    # purge while running: refused (4), nothing touched; the child is held by the same process
+    rollouts = sorted(p for p in cx.codex_home.glob("sessions/**/*.jsonl") if cid in p.name or child in p.name)
+    assert len(rollouts) == 2
+    r = mux.run("purge", rid, "--yes", "--json")
+    assert r.rc == 4, r
+    assert "in use" in r.err and f"{cid}.lock" in r.err
+    r = mux.run("purge", "--agent", "codex", "--conversation", child, "--yes", "--json")
+    assert r.rc == 4, r
+    assert all(p.exists() for p in rollouts)
+
+    # stop: the exit text ends the wrapper (node) and the native codex
+    procs = processes(mux.ok("show", rid, "--json")["pids"])
+    names = {psutil.Process(pid).name() for pid, _ in procs}
+    assert {"node", "codex"} <= names, names
+    stopped = mux.ok("stop", rid, "--json")
+    assert stopped["outcome"] == "exit" and stopped["state"] == "stopped"
+    assert not [k for k in procs if same_process(*k)]
+    rec = record(mux, rid)
+    assert rec["state"] == "stopped" and rec["resumable"] and rec["conversation_id"] == cid
+
+    # resume: `codex resume <id>` in the recorded cwd, same record, same conversation
+    resumed = mux.ok("resume", rid, "--json")
+    assert resumed["id"] == rid and resumed["state"] == "running" and resumed["conversation_id"] == cid
+    assert resumed["argv"][-1] == cid and "resume" in resumed["argv"] and "--no-daemon" in resumed["argv"]
+    wait_ready(mux, resumed["pane"])
+    prompt(mux, cx, resumed["pane"], "after resume")
+    assert any(r["headers"].get("thread-id") == cid and "after resume" in str(r["body"].get("input"))
+               for r in cx.server.requests)
+    rec = record(mux, rid, all_records=False)
+    assert rec["state"] == "running" and rec["conversation_id"] == cid
+    assert mux.ok("stop", rid, "--json")["outcome"] == "exit"
+
+    # purge: parent and child gone everywhere, unrelated threads intact in every table and file
+    ids = {cid, child}
+    before = cx.snapshot(ids)
+    dry = mux.ok("purge", rid, "--dry-run", "--json")
+    plan = dry["plan"]
+    assert any(a.startswith("~/.codex/sessions/") and cid in a and not a.endswith("]") for a in plan)
+    assert any(a.startswith("~/.codex/sessions/") and a.endswith(f" [child thread {child}]") for a in plan)
+    assert f"threads:{cid}" in plan and f"threads:{child} [child thread {child}]" in plan
+    assert any(a.startswith("~/.codex/history.jsonl (") for a in plan)
+    assert not any(u in a for a in plan for u in unrelated)
+    assert cx.snapshot(ids) == before and all(p.exists() for p in rollouts)  # a dry run touches nothing
+
+    report = mux.ok("purge", rid, "--yes", "--json")
+    assert report["agent"] == "codex" and report["conversation_id"] == cid
+    assert report["complete"] is True and report["residual"] == []
+    assert report["removed"][0] == f"codex delete --force {cid}"
+    assert not any("fallback" in n for n in report["notes"]), report["notes"]
+    assert cx.mentions(ids) == []
+    cx.assert_intact(before, cx.snapshot(ids))
+    assert any(str(unrelated_tui) in ln.decode() for ln in cx.lines("history.jsonl"))
+    r = mux.run("purge", rid, "--yes", "--json")
+    assert r.rc == 3, r
+    assert record(mux, urid)["resumable"] is True
+
+
+def test_stop_finds_the_native_codex_after_its_wrapper_was_killed(mux, mux_codex, tmp_path):
+    """SIGKILL of the node wrapper re-parents the native codex to init; the stop ladder still ends it
+    (MUXHOST_RECORD is in its environment). The native one is stopped first, so it cannot notice
+    its wrapper go and exit by itself."""
+    cx = mux_codex
+    work = tmp_path / "work"
+    work.mkdir()
+    cx.configure(work, daemon=True)  # would start a detached daemon: launch must still run in-process
+    r = mux.run("launch", "codex", "--cwd", str(work), "--json")
+    assert r.rc == 0, r
+    assert "daemon" in r.err and "--no-daemon" in r.err  # the warning line
+    rid, pane = r.json["id"], r.json["pane"]
+    wait_ready(mux, pane)
+    wrapper = psutil.Process(r.json["pids"][0])
+    (native,) = [p for p in wrapper.children(recursive=True) if p.name() == "codex"]
+    assert wrapper.name() == "node"
+    assert not [p for p in psutil.process_iter(["cmdline"]) if "app-server" in (p.info["cmdline"] or [])]
+    native_key = (native.pid, native.create_time())
+    wrapper_key = (wrapper.pid, wrapper.create_time())
+
+    os.kill(native.pid, signal.SIGSTOP)
+    os.kill(wrapper.pid, signal.SIGKILL)
+    wait_for(lambda: not same_process(*wrapper_key), what="the wrapper to die")
+    assert same_process(*native_key) and native.ppid() != wrapper.pid  # orphaned, still there
+
+    stopped = mux.ok("stop", rid, "--json")
+    assert stopped["outcome"] in ("hup", "term", "kill"), stopped
+    assert not same_process(*native_key)
