@@ -54,12 +54,12 @@ def get_plugin_manager(config: "Config | None" = None, load_entrypoints: bool = 
 
 
 def _load_entrypoints(pm: pluggy.PluginManager) -> None:
-    from importlib.metadata import entry_points
-
     wanted = os.environ.get("MUXHOST_LOAD_PLUGINS")
     names = None if wanted is None else {n.strip() for n in wanted.split(",") if n.strip()}
     if names is not None and not names:
         return
+    from importlib.metadata import entry_points
+
     found = set()
     for ep in entry_points(group=GROUP):
         dist = ep.dist.name if ep.dist else ""

@@ -96,10 +96,15 @@ class DemoAgent(Agent):
         return Launch([*_program(), "--resume", conversation_id], conversation_id=conversation_id)
 
     def discover(self, ctx: AgentContext) -> str | None:
-        pids = set(ctx.pids)
-        for entry in self._live(ctx):
+        # the live registry entry of the agent's own pid says where it is now (after /new too)
+        for pid in ctx.pids:
+            path = self.root(ctx) / "live" / f"{pid}.json"
+            try:
+                entry = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
             cid = entry.get("conversation")
-            if entry.get("pid") in pids and self.valid_id(cid) and cid not in ctx.claimed and self._alive(entry):
+            if entry.get("pid") == pid and self.valid_id(cid) and cid not in ctx.claimed and self._alive(entry):
                 return cid
         return ctx.conversation_id
 
