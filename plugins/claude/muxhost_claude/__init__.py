@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import struct
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -267,6 +268,54 @@ def _names_id(name: str, cid: str) -> bool:
     return False
 
 
+class ClaudeLock:
+    """The lock claude itself takes before it writes ``history.jsonl`` or ``.claude.json``
+    (proper-lockfile: the folder ``<file>.lock`` made with mkdir, stale after 10 s without an mtime
+    update). Held while we rewrite such a file, so a running claude of another conversation never
+    writes between our read and our rename."""
+
+    STALE = 10.0
+
+    def __init__(self, target: str | os.PathLike, timeout: float = 5.0):
+        self.path = f"{target}.lock"
+        self.timeout = timeout
+        self.held = False
+
+    def __enter__(self) -> "ClaudeLock":
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                os.mkdir(self.path)
+                self.held = True
+                return self
+            except FileExistsError:
+                try:
+                    if time.time() - os.stat(self.path).st_mtime > self.STALE:
+                        os.rmdir(self.path)  # what proper-lockfile does with a stale lock
+                        continue
+                except OSError:
+                    continue
+            if time.monotonic() > deadline:
+                raise OSError(f"{self.path} is held (a claude is writing the file); left as it was")
+            time.sleep(0.05)
+
+    def __exit__(self, *exc) -> None:
+        if self.held:
+            try:
+                os.rmdir(self.path)
+            except OSError:
+                pass
+            self.held = False
+
+
+def _locked(target: Path, action: Callable[[], Any], lock_path: str | os.PathLike | None = None) -> Callable[[], Any]:
+    def run() -> Any:
+        with ClaudeLock(lock_path or target):
+            return action()
+
+    return run
+
+
 def _history_match(cid: str) -> Callable[[bytes], bool]:
     needle = cid.encode()
 
@@ -500,8 +549,9 @@ class ClaudeAgent(muxhost.Agent):
             except OSError:
                 n = 0
             if n:
+                # claude locks the realpath of history.jsonl
                 items.append(_Item(f"{ctx.expand(hist)}: {n} line{'s' if n != 1 else ''}",
-                                   lambda: fsutil.drop_lines(hist, match) > 0))
+                                   _locked(hist, lambda: fsutil.drop_lines(hist, match) > 0, os.path.realpath(hist))))
         # lastSessionId in the global config (and, reported only, any other mention of the id)
         gc = paths.global_config
         if gc.is_file():
@@ -513,7 +563,7 @@ class ClaudeAgent(muxhost.Agent):
                 last = _last_session_projects(obj, cid)
                 for proj in last:
                     items.append(_Item(f"{ctx.expand(gc)}: lastSessionId of {proj}",
-                                       lambda: fsutil.rewrite(gc, lambda b: clear_last_session_id(b, cid))))
+                                       _locked(gc, lambda: fsutil.rewrite(gc, lambda b: clear_last_session_id(b, cid)))))
                 for ref in _json_refs(obj, cid):
                     if any(ref == f"projects[{json.dumps(p)}][\"lastSessionId\"]" for p in last):
                         continue
@@ -538,6 +588,15 @@ class ClaudeAgent(muxhost.Agent):
                     removed.append(item.label)
             except OSError as e:
                 ctx.notes.append(f"could not remove {item.label}: {e}")
+        backups = self.paths(ctx).config_dir / "backups"
+        needle = conversation_id.encode()
+        try:
+            named = [b for b in backups.iterdir() if b.is_file() and needle in b.read_bytes()]
+        except OSError:
+            named = []
+        if named:
+            ctx.notes.append(f"kept {ctx.expand(backups)}/ (shared): {len(named)} old copies of .claude.json there "
+                             "still name this conversation; claude keeps at most 5 and rotates them out")
         return removed
 
 

@@ -397,3 +397,38 @@ def test_long_cwd_artifacts(agent, tmp_path):
     assert agent.resume(ctx, A).argv[-1] == A
     agent.purge(ctx, A)
     assert not any(p.exists() for p in made)
+
+
+def test_rewrites_wait_for_claudes_lock(agent, tmp_path, monkeypatch):
+    """claude locks history.jsonl and .claude.json with proper-lockfile (``<file>.lock/``): a fresh lock
+    is respected (nothing rewritten, a note, the residual stays), a stale one (>10 s) is taken over."""
+    import muxhost_claude
+
+    monkeypatch.setattr(muxhost_claude.ClaudeLock, "__init__",
+                        lambda self, target, timeout=0.3: (setattr(self, "path", f"{target}.lock"),
+                                                           setattr(self, "timeout", timeout),
+                                                           setattr(self, "held", False))[0])
+    home, cwd = tmp_path / "home", tmp_path / "w"
+    cwd.mkdir()
+    lay_out(home, cwd, A)
+    hist, hist_after = _history_bytes()
+    (home / ".claude" / "history.jsonl").write_bytes(hist)
+    (home / ".claude.json").write_text(json.dumps({"projects": {str(cwd): {"lastSessionId": A}}}, indent=2))
+    hlock = home / ".claude" / "history.jsonl.lock"
+    glock = home / ".claude.json.lock"
+    hlock.mkdir()
+    glock.mkdir()
+    ctx = _ctx(home, cwd)
+    agent.purge(ctx, A)
+    assert (home / ".claude" / "history.jsonl").read_bytes() == hist
+    assert sorted(agent.artifacts(ctx, A)) == sorted(["~/.claude/history.jsonl: 3 lines",
+                                                      f"~/.claude.json: lastSessionId of {cwd}"])
+    assert len([n for n in ctx.notes if "is held" in n]) == 2
+    assert hlock.is_dir() and glock.is_dir(), "someone else's lock is never removed while fresh"
+    old = time.time() - 60
+    os.utime(hlock, (old, old))
+    os.utime(glock, (old, old))
+    agent.purge(ctx, A)
+    assert agent.artifacts(ctx, A) == []
+    assert (home / ".claude" / "history.jsonl").read_bytes() == hist_after
+    assert not hlock.exists() and not glock.exists()
