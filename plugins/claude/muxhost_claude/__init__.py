@@ -275,10 +275,11 @@ class ClaudeLock:
     writes between our read and our rename."""
 
     STALE = 10.0
+    TIMEOUT = 5.0
 
-    def __init__(self, target: str | os.PathLike, timeout: float = 5.0):
+    def __init__(self, target: str | os.PathLike, timeout: float | None = None):
         self.path = f"{target}.lock"
-        self.timeout = timeout
+        self.timeout = self.TIMEOUT if timeout is None else timeout
         self.held = False
 
     def __enter__(self) -> "ClaudeLock":

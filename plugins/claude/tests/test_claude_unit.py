@@ -404,10 +404,7 @@ def test_rewrites_wait_for_claudes_lock(agent, tmp_path, monkeypatch):
     is respected (nothing rewritten, a note, the residual stays), a stale one (>10 s) is taken over."""
     import muxhost_claude
 
-    monkeypatch.setattr(muxhost_claude.ClaudeLock, "__init__",
-                        lambda self, target, timeout=0.3: (setattr(self, "path", f"{target}.lock"),
-                                                           setattr(self, "timeout", timeout),
-                                                           setattr(self, "held", False))[0])
+    monkeypatch.setattr(muxhost_claude.ClaudeLock, "TIMEOUT", 0.3)
     home, cwd = tmp_path / "home", tmp_path / "w"
     cwd.mkdir()
     lay_out(home, cwd, A)
