@@ -156,15 +156,16 @@ def find_binary(ctx: AgentContext) -> str | None:
     return shutil.which("codex", path=path)
 
 
-def _help_text(binary: str) -> str:
-    """``codex --help`` (cached per binary and mtime; it writes nothing, even to CODEX_HOME)."""
+def _help_text(binary: str, base_env: dict[str, str] | None = None) -> str:
+    """``codex --help`` (cached per binary and mtime). It runs with the agent's environment (node must
+    be on its PATH) but a CODEX_HOME that does not exist: then it writes nothing anywhere."""
     try:
         real = os.path.realpath(binary)
         key = (real, os.stat(real).st_mtime)
     except OSError:
         return ""
     if key not in _help_cache:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX")}
+        env = {k: v for k, v in (base_env or os.environ).items() if not k.startswith("CODEX")}
         env["CODEX_HOME"] = os.path.join(os.path.dirname(real), ".muxhost-no-such-codex-home")
         try:
             p = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=20,
@@ -175,9 +176,9 @@ def _help_text(binary: str) -> str:
     return _help_cache[key]
 
 
-def in_process_switch(binary: str | None) -> list[str]:
+def in_process_switch(binary: str | None, env: dict[str, str] | None = None) -> list[str]:
     """``--no-daemon`` when the binary has it, else ``-c features.daemon_auto_start=false``."""
-    if binary and "--no-daemon" in _help_text(binary):
+    if binary and "--no-daemon" in _help_text(binary, env):
         return ["--no-daemon"]
     return list(DAEMON_OFF)
 
@@ -449,7 +450,7 @@ class CodexAgent(Agent):
 
     def _command(self, ctx: AgentContext) -> tuple[str, list[str]]:
         binary = find_binary(ctx)
-        switch = in_process_switch(binary)
+        switch = in_process_switch(binary, ctx.env or None)
         home = codex_home(ctx)
         warning = daemon_warning(ctx, home)
         if warning:
@@ -609,7 +610,12 @@ class CodexAgent(Agent):
             except sqlite3.Error:
                 pass
             try:
-                for r in con.execute("select * from threads"):
+                try:  # only sub-agent and attached threads name a parent
+                    rows = con.execute("select id, source, attached_thread_parent_id from threads "
+                                       "where attached_thread_parent_id is not null or source like '{%'").fetchall()
+                except sqlite3.OperationalError:  # an older schema
+                    rows = con.execute("select * from threads where source like '{%'").fetchall()
+                for r in rows:
                     r = dict(r)
                     parent = _parent_of_source(r.get("source")) or r.get("attached_thread_parent_id")
                     if parent:

@@ -163,7 +163,8 @@ def test_stop_finds_the_native_codex_after_its_wrapper_was_killed(mux, mux_codex
     os.kill(native.pid, signal.SIGSTOP)
     os.kill(wrapper.pid, signal.SIGKILL)
     wait_for(lambda: not same_process(*wrapper_key), what="the wrapper to die")
-    assert same_process(*native_key) and native.ppid() != wrapper.pid  # orphaned, still there
+    wait_for(lambda: native.ppid() != wrapper.pid, what="the native codex to be re-parented")
+    assert same_process(*native_key)  # orphaned, still there
 
     stopped = mux.ok("stop", rid, "--json")
     assert stopped["outcome"] in ("hup", "term", "kill"), stopped
