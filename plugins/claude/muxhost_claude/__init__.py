@@ -144,6 +144,24 @@ def _describe(pid: int) -> str:
     return f"pid {pid} {text}"
 
 
+def _env_holders(cid: str) -> list[int]:
+    """Our processes whose environment says ``CLAUDE_CODE_SESSION_ID=<cid>``: the tool processes claude
+    starts (Bash, background shells) carry it, and they outlive a killed claude in their own session,
+    still writing into the conversation's temp folder."""
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    me = os.getpid()
+    out = []
+    for p in psutil.process_iter(["pid", "uids"]):
+        try:
+            if p.pid == me or (uid is not None and p.info["uids"] is not None and p.info["uids"].real != uid):
+                continue
+            if p.environ().get("CLAUDE_CODE_SESSION_ID") == cid and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except (psutil.Error, OSError):
+            continue
+    return out
+
+
 # --------------------------------------------------------------------------------------------------
 # where things are, for one context
 
@@ -482,6 +500,8 @@ class ClaudeAgent(muxhost.Agent):
                 continue
             if registry_entry_live(entry, pid):
                 holders[pid] = _describe(pid)
+        for pid in _env_holders(conversation_id):
+            holders.setdefault(pid, _describe(pid) + " (a tool process of the conversation)")
         for line in argv_holders(conversation_id):
             m = re.match(r"pid (\d+)", line)
             pid = int(m.group(1)) if m else -1

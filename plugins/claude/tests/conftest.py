@@ -20,6 +20,7 @@ API_KEY = "sk-ant-muxhost-test-key-0123456789abcdef"
 # Words the scripted model reacts to (typed into the TUI by the tests).
 MAKE_STUFF = "MUXHOST_MAKE_STUFF"
 SUBAGENT_PROMPT = "MUXHOST_SUBAGENT_WORK"
+BACKGROUND = "MUXHOST_BACKGROUND"
 CREATED_FILE = "made-by-claude.txt"
 SUB_FILE = "made-by-subagent.txt"
 
@@ -191,6 +192,11 @@ class FakeAnthropic:
             if steps_done == 0 and cwd:
                 return tool("Write", {"file_path": os.path.join(cwd, SUB_FILE), "content": "sub-agent was here\n"})
             return [{"type": "text", "text": "sub-agent done"}], "end_turn"
+        if BACKGROUND in last_prompt:
+            if steps_done == 0:
+                return tool("Bash", {"command": "sleep 300", "description": "sleep in the background",
+                                     "run_in_background": True})
+            return [{"type": "text", "text": "background started"}], "end_turn"
         if MAKE_STUFF in last_prompt:
             plan = []
             if cwd:

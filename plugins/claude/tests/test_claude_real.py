@@ -21,6 +21,13 @@ SUB_FILE = "made-by-subagent.txt"
 FAKE_REPLY = "hello, I am a fake model"
 
 
+def _env_of(p) -> dict:
+    try:
+        return p.environ()
+    except Exception:
+        return {}
+
+
 def _paths_naming(root: Path, *ids: str) -> list[str]:
     return sorted(os.path.join(d, n) for d, dirs, files in os.walk(root) for n in dirs + files
                   if any(i in n for i in ids))
@@ -194,6 +201,11 @@ def test_in_session_resume_kill_and_gone_cwd(claude_world):
     held = agent.in_use(w.ctx(cwd), a)
     assert held, "the live registry names a"
 
+    # a background shell (its own session, CLAUDE_CODE_SESSION_ID=a in its environment)
+    w.say(rec["pane"], "start MUXHOST_BACKGROUND", "background started")
+    shells = wait_for(lambda: [p for p in psutil.process_iter(["pid", "cmdline"]) if p.info["cmdline"] == ["sleep", "300"]
+                               and _env_of(p).get("CLAUDE_CODE_SESSION_ID") == a], what="the background shell")
+
     # SIGKILL: the registry file stays behind, names a dead pid, and does not count
     registry = [f for f in (w.config_dir / "sessions").glob("*.json") if json.loads(f.read_text())["sessionId"] == a]
     assert len(registry) == 1
@@ -203,9 +215,14 @@ def test_in_session_resume_kill_and_gone_cwd(claude_world):
     proc.send_signal(signal.SIGKILL)
     wait_for(lambda: not psutil.pid_exists(pid) or proc.status() == psutil.STATUS_ZOMBIE, what="claude killed")
     assert registry[0].exists(), "SIGKILL leaves the registry file"
+    # ...but the orphaned background shell still works for conversation a: in use
+    held = agent.in_use(w.ctx(cwd), a)
+    assert str(shells[0].pid) in [h.split()[1] for h in held], held
+    assert mux.run("purge", "--agent", "claude", "--conversation", a, "--yes", "--json").rc == 4
+    mux.run("stop", rec["id"], "--json")  # the ladder ends the record's stray processes too
+    wait_for(lambda: not shells[0].is_running() or shells[0].status() == psutil.STATUS_ZOMBIE, what="shell ended")
     assert agent.in_use(w.ctx(cwd), a) == []
     assert f"~/.claude/sessions/{pid}.json" in agent.artifacts(w.ctx(cwd), a)
-    mux.run("stop", rec["id"], "--json")
 
     # the cwd is gone: resume is "not found", and says why
     gone = w.work / "second-moved"
