@@ -546,8 +546,9 @@ class CodexAgent(Agent):
                     continue  # a sub-agent of a thread this agent also holds
                 roots.append(tid)
             roots = [t for t in roots if t not in ctx.claimed and self.valid_id(t)]
-            if roots:
-                return roots[-1]  # the newest: after /new the TUI moves on to a new thread
+            # the newest (after /new the TUI moves on to a new thread); when every thread it holds is
+            # claimed by another record, guessing from the folder would name one it does not hold
+            return roots[-1] if roots else None
         return self.newest_for_cwd(ctx, home)
 
     def newest_for_cwd(self, ctx: AgentContext, home: Path | None = None) -> str | None:

@@ -145,10 +145,12 @@ def test_discover_prefers_the_thread_whose_writer_lock_the_agent_holds(codex, tm
         assert agent.discover(ctx) == parent
         assert set(agent.held_threads(ctx)) == {parent, child}
         ctx = ctx_for(codex, work, launched_at=0, pids=[p.pid], claimed=frozenset({parent}))
-        assert agent.discover(ctx) == newer  # the claimed one is skipped; the fallback finds `newer`
+        assert agent.discover(ctx) is None  # it holds only a claimed thread: no guess from the folder
     finally:
         p.kill()
         p.wait()
+    # nothing held (the process is gone): the newest unclaimed thread of the folder
+    assert CodexAgent().discover(ctx_for(codex, work, launched_at=0, pids=[p.pid])) == newer
 
 
 # -- exists / in_use --------------------------------------------------------------------------------
