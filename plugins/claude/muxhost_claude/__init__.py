@@ -414,7 +414,7 @@ class ClaudeAgent(muxhost.Agent):
     """Claude Code."""
 
     name = "claude"
-    process_names = ("claude",)
+    process_names = ("claude", "claude.exe")
     resident_children = ()
     exit_text = "/exit"
     id_pattern = UUID_PATTERN
@@ -457,7 +457,8 @@ class ClaudeAgent(muxhost.Agent):
                                f"not {ctx.cwd}")
             raise NotFound(f"claude conversation {conversation_id} has no transcript in {ctx.expand(paths.projects)} "
                            "(nothing was said in it, or it was purged)")
-        return Launch([self.binary(ctx), "--resume", conversation_id], conversation_id=conversation_id)
+        extra = _without_conversation_options(list(ctx.args or ()))
+        return Launch([self.binary(ctx), "--resume", conversation_id, *extra], conversation_id=conversation_id)
 
     # -- follow
     def discover(self, ctx: AgentContext) -> str | None:
@@ -637,6 +638,25 @@ def _option_value(args: list[str], names: Iterable[str]) -> str | None:
             if n.startswith("--") and a.startswith(n + "="):
                 return a[len(n) + 1:]
     return None
+
+
+_CONVERSATION_OPTIONS = {"--session-id": 1, "--resume": 1, "-r": 1, "--continue": 0, "-c": 0, "--fork-session": 0}
+
+
+def _without_conversation_options(args: list[str]) -> list[str]:
+    """``args`` without the options that pick a conversation (resume picks its own)."""
+    out, i = [], 0
+    while i < len(args):
+        a = args[i]
+        name = a.split("=", 1)[0]
+        if name in _CONVERSATION_OPTIONS:
+            takes = _CONVERSATION_OPTIONS[name] and "=" not in a
+            # --resume's value is optional: only a following non-option word is its value
+            i += 1 + (1 if takes and i + 1 < len(args) and not args[i + 1].startswith("-") else 0)
+            continue
+        out.append(a)
+        i += 1
+    return out
 
 
 def _transcript_cwd(path: Path) -> str | None:

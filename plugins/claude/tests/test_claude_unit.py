@@ -138,6 +138,15 @@ def test_resume(agent, tmp_path):
     assert list(launch.argv[1:]) == ["--resume", A]
 
 
+def test_resume_keeps_config_args_but_not_conversation_options(agent, tmp_path):
+    home, cwd = tmp_path / "home", tmp_path / "w"
+    cwd.mkdir()
+    lay_out(home, cwd, A)
+    ctx = _ctx(home, cwd, args=["--model", "x", "--session-id", B, "-c", "--resume", "--permission-mode", "plan",
+                                "--fork-session", f"--resume={B}"])
+    assert list(agent.resume(ctx, A).argv[1:]) == ["--resume", A, "--model", "x", "--permission-mode", "plan"]
+
+
 def test_resume_cwd_gone(agent, tmp_path):
     home = tmp_path / "home"
     lay_out(home, tmp_path / "gone", A)
