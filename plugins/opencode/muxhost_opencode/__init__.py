@@ -115,29 +115,39 @@ class OpenCodeAgent(Agent):
     def discover(self, ctx: AgentContext) -> str | None:
         """The parent session the agent is in: the newest top-level session created in its cwd since
         launch (a sub-agent's child row never counts), else the id after ``-s``/``--session`` in its
-        argv, else what the record knew."""
+        argv, else (``-c``/``--continue``) the last updated top-level session in its cwd, else what
+        the record knew."""
         claimed = set(ctx.claimed)
-        con = self._read(ctx)
-        if con is not None:
-            try:
-                dirs = sorted({ctx.cwd, os.path.realpath(ctx.cwd)} - {""})
-                since = int(ctx.launched_at * 1000)
-                marks = ",".join("?" * len(dirs))
-                rows = con.execute(
-                    f"select id from session where parent_id is null and directory in ({marks})"
-                    " and time_created >= ? order by time_created desc, id desc",
-                    (*dirs, since)).fetchall()
-                for (sid,) in rows:
-                    if self.valid_id(sid) and sid not in claimed:
+        argvs = self._argvs(ctx.pids)
+        dirs = sorted({ctx.cwd, os.path.realpath(ctx.cwd)} - {""}) if ctx.cwd else []
+        marks = ",".join("?" * len(dirs))
+        con = self._read(ctx) if dirs else None
+        try:
+            if con is not None:
+                for sid in self._roots(con, f"directory in ({marks}) and time_created >= ?"
+                                       " order by time_created desc, id desc",
+                                       (*dirs, int(ctx.launched_at * 1000))):
+                    if sid not in claimed:
                         return sid
-            except sqlite3.Error:
-                pass
-            finally:
+            for argv in argvs:
+                sid = session_from_argv(argv)
+                if sid and self.valid_id(sid) and sid not in claimed:
+                    return sid
+            if con is not None and any(a in ("-c", "--continue") for argv in argvs for a in argv):
+                for sid in self._roots(con, f"directory in ({marks}) order by time_updated desc, id desc", dirs):
+                    if sid not in claimed:
+                        return sid
+        finally:
+            if con is not None:
                 con.close()
-        for sid in self._argv_sessions(ctx.pids):
-            if sid not in claimed:
-                return sid
         return ctx.conversation_id
+
+    def _roots(self, con: sqlite3.Connection, where: str, params) -> list[str]:
+        try:
+            rows = con.execute(f"select id from session where parent_id is null and {where}", params).fetchall()
+        except sqlite3.Error:
+            return []
+        return [r[0] for r in rows if self.valid_id(r[0])]
 
     def exists(self, ctx: AgentContext, conversation_id: str) -> bool:
         con = self._read(ctx)
@@ -203,16 +213,17 @@ class OpenCodeAgent(Agent):
         finally:
             con.close()
 
-    def _argv_sessions(self, pids: Iterable[int]) -> list[str]:
+    def _argvs(self, pids: Iterable[int]) -> list[list[str]]:
+        """The argv of each opencode process among ``pids`` (the pane's tree holds tools too)."""
         out = []
         for pid in pids:
             try:
-                argv = psutil.Process(pid).cmdline()
+                ps = psutil.Process(pid)
+                proc = procs.Proc(pid, 0, 0.0, ps.name(), tuple(ps.cmdline()))
             except (psutil.Error, OSError):
                 continue
-            sid = session_from_argv(argv)
-            if sid and self.valid_id(sid) and sid not in out:
-                out.append(sid)
+            if proc.matches_name(self.process_names):
+                out.append(list(proc.cmdline))
         return out
 
     def _session_info(self, ctx: AgentContext, family: list[str]) -> dict[str, tuple]:

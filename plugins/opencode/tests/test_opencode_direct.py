@@ -27,6 +27,15 @@ def ctx_for(oc, **kw) -> AgentContext:
 
 
 @pytest.fixture
+def fake_opencode(tmp_path) -> list[str]:
+    """argv[0..] of a process that looks like opencode (a sleeping Python script named opencode)."""
+    script = tmp_path / "fake-bin" / "opencode"
+    script.parent.mkdir()
+    script.write_text("import time\ntime.sleep(60)\n")
+    return [sys.executable, str(script)]
+
+
+@pytest.fixture
 def spawned():
     """Start helper processes; every one is killed (by pid) at teardown."""
     started: list[subprocess.Popen] = []
@@ -108,13 +117,26 @@ def test_discover_pins_the_parent_not_the_newer_child(made, opencode_db):
     assert AGENT.discover(ctx_for(oc, launched_at=time.time() + 5, conversation_id=other)) == other
 
 
-def test_discover_reads_the_session_from_argv(made, spawned):
+def test_discover_reads_the_session_from_argv(made, spawned, fake_opencode):
     oc, other, target, _t0 = made
-    p = spawned([sys.executable, "-c", "import time; time.sleep(60)", "-s", other])
+    # a tool in the pane's tree whose argv has -s <id> is not the agent
+    tool = spawned([sys.executable, "-c", "import time; time.sleep(60)", "-s", target])
+    assert AGENT.discover(ctx_for(oc, launched_at=time.time() + 5, pids=[tool.pid])) is None
+    p = spawned([*fake_opencode, "-s", other])
     wait_for(lambda: session_from_argv(__import__("psutil").Process(p.pid).cmdline()), what="argv")
     c = ctx_for(oc, launched_at=time.time() + 5, pids=[p.pid])
     assert AGENT.discover(c) == other
     assert AGENT.discover(ctx_for(oc, launched_at=time.time() + 5, pids=[p.pid], claimed=frozenset({other}))) is None
+
+
+def test_discover_with_continue_takes_the_last_updated_parent(made, spawned, fake_opencode):
+    oc, other, target, _t0 = made
+    p = spawned([*fake_opencode, "--continue"])
+    wait_for(lambda: "--continue" in __import__("psutil").Process(p.pid).cmdline(), what="argv")
+    later = time.time() + 5
+    assert AGENT.discover(ctx_for(oc, launched_at=later, pids=[p.pid])) == target
+    assert AGENT.discover(ctx_for(oc, launched_at=later, pids=[p.pid], claimed=frozenset({target}))) == other
+    assert AGENT.discover(ctx_for(oc, launched_at=later)) is None  # no -c: nothing older counts
 
 
 def test_exists_and_family(made):
