@@ -97,7 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
     sp.add_argument("--yes", "-y", action="store_true", help="do not ask")
     sp.add_argument("--stop", action="store_true", help="run the stop ladder first")
+    sp.add_argument("--tmux-prepare", action="store_true", help=argparse.SUPPRESS)
     sp.add_argument("--tmux-message", action="store_true", help=argparse.SUPPRESS)
+    sp.add_argument("--client", help=argparse.SUPPRESS)
     json_flag(sp)
 
     sp = cmd("reconcile", "compare records with tmux and the process table; fix drift; say what changed")
@@ -248,6 +250,8 @@ def _confirm(report) -> bool:
 
 
 def cmd_purge(host, args) -> int:
+    if args.tmux_prepare or args.tmux_message:
+        return _purge_key(host, args)
     given = [x for x in (args.ref, args.pane) if x] + (["--agent/--conversation"] if (args.agent or args.conversation) else [])
     if len(given) != 1:
         raise UsageError("purge takes one of: REF, --pane PANE, or --agent A --conversation ID")
@@ -269,6 +273,29 @@ def cmd_purge(host, args) -> int:
     if report.residual:
         raise MuxhostError(f"purge incomplete: {len(report.residual)} item(s) left: {report.residual[0]}", INCOMPLETE)
     return 0
+
+
+def _purge_key(host, args) -> int:
+    """The purge key's two steps (muxhost/keys.py): report back in tmux, not on a terminal."""
+    from muxhost import keys
+
+    if not args.pane:
+        raise UsageError("--tmux-prepare and --tmux-message need --pane")
+    backend = host.backend(host.socket)
+    try:
+        if args.tmux_prepare:
+            loc = host.locate(args.pane)
+            if not loc.conversation_id:
+                raise MuxhostError(f"the {loc.agent.name} agent in pane {args.pane} has no conversation on disk yet", 3)
+            backend.set_pane_option(args.pane, keys.AGENT_OPTION, loc.agent.name)
+            backend.set_pane_option(args.pane, keys.CONVERSATION_OPTION, loc.conversation_id)
+            return 0
+        report = host.purge_pane(args.pane, stop=args.stop, confirm=None)
+        backend.message(keys.summary(report), client=args.client)
+        return INCOMPLETE if report.residual else 0
+    except MuxhostError as e:  # said in tmux; nothing on stdout/stderr for run-shell to show
+        backend.message(f"muxhost: {e}", client=args.client)
+        return e.exit_code
 
 
 def cmd_reconcile(host, args) -> int:

@@ -48,6 +48,18 @@ class View:
 
 
 @dataclass
+class Located:
+    """The agent found in a pane: a record's, or a hand-started one (``proc``)."""
+
+    pane: PaneInfo
+    agent: Agent
+    rec: Record | None
+    proc: procs.Proc | None
+    ctx: AgentContext
+    conversation_id: str | None
+
+
+@dataclass
 class Live:
     """A record with what is true now."""
 
@@ -304,8 +316,7 @@ class Host:
 
     # -- stop -------------------------------------------------------------------------------------
     def stop(self, rec: Record, grace: float | None = None, view: View | None = None) -> Live:
-        """The stop ladder (CONTRACT §3), run to completion in this process."""
-        t0 = time.monotonic()
+        """The stop ladder (CONTRACT §3) for a record, run to completion in this process."""
         agent = self.registry.agents.get(rec.agent)
         backend = self.backend(rec.socket)
         view = view or self.view([rec])
@@ -313,43 +324,59 @@ class Host:
         live = self.live(rec, view, agent, check_resumable=False)
         if live.state == "running":
             self.refresh([live])  # the conversation it is in right now, before it goes
-        victims = {p.key: p for p in live.tree}
-        victims.update({p.key: p for p in procs.marked(rec.id, view.table, since=rec.launched_at)})
-        exit_grace = self.stop_setting("exit_grace") if grace is None else grace
-        outcome = None
-
         agent_proc = view.table.get(pane.pid) if pane is not None and not pane.dead else None
-        exit_text = agent.exit_text if agent is not None else None
-        if agent_proc is not None and exit_text is not None and procs.same_process(*agent_proc.key):
-            # 1. Ctrl-U, the exit text, a pause, Enter — only while the agent itself is there
-            backend.send_keys(pane.pane_id, "C-u")
-            backend.type_text(pane.pane_id, exit_text)
-            time.sleep(getattr(agent, "exit_pause", None) or self.stop_setting("exit_pause"))
-            if procs.same_process(*agent_proc.key):
-                backend.send_keys(pane.pane_id, "Enter")
-            # 2. wait for every process of the record to end
-            if not procs.wait_gone(victims, exit_grace):
-                outcome = "exit"
-        elif not procs.alive(victims):
-            outcome = "exit"  # it had already ended: clean up without typing a key
 
-        if outcome is None:
-            # the whole set again, just before the pane goes: children started meanwhile count too
-            table = procs.ProcessTable.snapshot()
+        def collect(table: procs.ProcessTable) -> list[procs.Proc]:
+            found = list(procs.marked(rec.id, table, since=rec.launched_at))
             if agent_proc is not None:
-                for p in table.tree(agent_proc.pid):
-                    if p.pid != agent_proc.pid or p.key == agent_proc.key:
-                        victims[p.key] = p
-            victims.update({p.key: p for p in procs.marked(rec.id, table, since=rec.launched_at)})
-            if not procs.alive(victims):
-                outcome = "exit"
+                found += [p for p in table.tree(agent_proc.pid) if p.pid != agent_proc.pid or p.key == agent_proc.key]
+            return found
 
-        # 3. kill-session when muxhost created it, else kill-pane (tmux sends SIGHUP)
-        if pane is not None:
+        def close() -> None:  # 3. kill-session when muxhost created it, else kill-pane (tmux sends SIGHUP)
+            if pane is None:
+                return
             if rec.created_session and rec.session and rec.session == pane.session_id:
                 backend.kill_session(rec.session)
             else:
                 backend.kill_pane(pane.pane_id)
+
+        outcome, seconds = self._ladder(backend, pane.pane_id if pane else None, agent, agent_proc,
+                                        {p.key: p for p in live.tree + collect(view.table)}, collect, close,
+                                        grace, what=f"record {rec.id}")
+        self.store.update(rec, state="stopped", stopped_at=time.time(), outcome=outcome, seconds=seconds)
+        result = Live(rec, "stopped", None, [])
+        result.resumable = self._resumable(agent, rec)
+        self.pm.hook.muxhost_agent_stopped(record=result.to_dict(), outcome=outcome)
+        return result
+
+    def _ladder(self, backend: Backend, pane_id: str | None, agent: Agent | None, agent_proc: procs.Proc | None,
+                victims: dict, collect: Callable[[procs.ProcessTable], list], close: Callable[[], None],
+                grace: float | None, what: str) -> tuple[str, float]:
+        """Steps 1-5 of the ladder. ``collect(table)`` lists every process that belongs to the agent;
+        ``close()`` is step 3. Returns the outcome and the seconds it took."""
+        t0 = time.monotonic()
+        exit_grace = self.stop_setting("exit_grace") if grace is None else grace
+        exit_text = agent.exit_text if agent is not None else None
+        outcome = None
+        if (pane_id is not None and agent_proc is not None and exit_text is not None
+                and procs.same_process(*agent_proc.key)):
+            # 1. Ctrl-U, the exit text, a pause, Enter — only while the agent itself is there
+            backend.send_keys(pane_id, "C-u")
+            backend.type_text(pane_id, exit_text)
+            time.sleep(getattr(agent, "exit_pause", None) or self.stop_setting("exit_pause"))
+            if procs.same_process(*agent_proc.key):
+                backend.send_keys(pane_id, "Enter")
+            # 2. wait for every process of the agent to end
+            if not procs.wait_gone(victims, exit_grace):
+                outcome = "exit"
+        elif not procs.alive(victims):
+            outcome = "exit"  # it had already ended: clean up without typing a key
+        if outcome is None:
+            # the whole set again, just before step 3: children started meanwhile count too
+            victims.update({p.key: p for p in collect(procs.ProcessTable.snapshot())})
+            if not procs.alive(victims):
+                outcome = "exit"
+        close()
         if outcome is None:
             survivors = procs.wait_gone(victims, self.stop_setting("hup_grace"))
             if not survivors:
@@ -362,17 +389,12 @@ class Host:
                 if not survivors:
                     outcome = "term"
                 else:
-                    # 5. SIGKILL to every survivor (and whatever they forked meanwhile)
+                    # 5. SIGKILL to every survivor, and whatever they started meanwhile
                     outcome = "kill"
-                    self._kill_all(rec, survivors)
-        seconds = round(time.monotonic() - t0, 3)
-        self.store.update(rec, state="stopped", stopped_at=time.time(), outcome=outcome, seconds=seconds)
-        result = Live(rec, "stopped", None, [])
-        result.resumable = self._resumable(agent, rec)
-        self.pm.hook.muxhost_agent_stopped(record=result.to_dict(), outcome=outcome)
-        return result
+                    self._kill_all(survivors, collect, what)
+        return outcome, round(time.monotonic() - t0, 3)
 
-    def _kill_all(self, rec: Record, survivors: list[tuple[int, float]]) -> None:
+    def _kill_all(self, survivors: list[tuple[int, float]], collect, what: str) -> None:
         keys = set(survivors)
         for _ in range(10):
             table = procs.ProcessTable.snapshot()
@@ -380,14 +402,14 @@ class Host:
                 for p in table.tree(pid):
                     if p.pid != pid or abs(p.create_time - ct) < 0.01:
                         keys.add(p.key)
-            keys.update(p.key for p in procs.marked(rec.id, table, since=rec.launched_at))
+            keys.update(p.key for p in collect(table))
             for key in keys:
                 procs.signal_if_same(*key, procs.SIGKILL)
             keys = set(procs.wait_gone(keys, 2.0))
             if not keys:
                 return
         left = ", ".join(str(pid) for pid, _ in keys)
-        raise MuxhostError(f"record {rec.id}: processes {left} survived SIGKILL")
+        raise MuxhostError(f"{what}: processes {left} survived SIGKILL")
 
     # -- resume -----------------------------------------------------------------------------------
     def resume(self, rec: Record, target: str | None = None, split: str | None = None) -> Live:
@@ -424,7 +446,8 @@ class Host:
 
     def purge(self, *, rec: Record | None = None, agent_name: str | None = None,
               conversation_id: str | None = None, home: str | None = None, dry_run: bool = False,
-              stop: bool = False, confirm: Callable[[PurgeReport], bool] | None = None) -> PurgeReport:
+              stop: bool = False, confirm: Callable[[PurgeReport], bool] | None = None,
+              ctx: AgentContext | None = None) -> PurgeReport:
         """validate → in_use → artifacts (the plan) → veto → purge → artifacts (the residual)."""
         if rec is not None:
             agent = self.registry.agent(rec.agent)
@@ -440,15 +463,17 @@ class Host:
             if conversation_id is None:
                 raise UsageError("purge needs a REF, or --agent and --conversation")
         self.check_id(agent, conversation_id)
-        if rec is None:
+        if rec is None and ctx is None:
             rec = self._record_for(agent.name, conversation_id)
-        if rec is not None:
+        if ctx is not None:
+            pass  # the caller knows the agent's context (a hand-started agent in a pane)
+        elif rec is not None:
             ctx = self.context(rec)
         else:
             h, env = self.agent_env(dict(os.environ), home, agent.name)
             ctx = AgentContext(home=h, env=env, cwd=os.getcwd(), config=self.config.agent(agent.name))
 
-        if stop and rec is not None:
+        if stop and not dry_run and rec is not None:
             live = self.live(rec, self.view([rec]), agent, check_resumable=False)
             if live.state in ("running", "exited", "starting"):
                 self.stop(rec)
@@ -500,6 +525,102 @@ class Host:
         except Exception as e:  # fail closed: if we cannot tell, it is in use
             holders.append(f"cannot tell who holds it ({type(e).__name__}: {e})")
         return holders
+
+    # -- a pane, whoever started its agent -----------------------------------------------------
+    def locate(self, pane_id: str) -> "Located":
+        """The agent in tmux pane ``pane_id`` and its conversation: a record's, or an agent the user
+        started by hand, found in the pane's process tree by the plugins' ``process_names``."""
+        records = self.store.all()
+        view = self.view(records, [self.socket])
+        panes = view.panes.get(self.socket)
+        if panes is None:
+            raise MuxhostError(f"no tmux server running on {self.backend(self.socket).where()}")
+        pane = next((p for p in panes if p.pane_id == pane_id), None)
+        if pane is None:
+            raise NotFound(f"no pane {pane_id}")
+        running = {r.id: self.live(r, view, check_resumable=False) for r in records}
+        rec = next((r for r in reversed(records) if r.socket == self.socket and pane.record == r.id), None)
+        if rec is not None:
+            lv = running[rec.id]
+            self.refresh([lv])
+            agent = self.registry.agent(rec.agent)
+            return Located(pane, agent, rec, None, self.context(rec, [p.pid for p in lv.tree]), rec.conversation_id)
+        if pane.dead:
+            raise NotFound(f"no agent in pane {pane_id}")
+        found = self._agent_in(view.table, pane.pid)
+        if found is None:
+            raise NotFound(f"no agent in pane {pane_id}")
+        agent, proc = found
+        claimed = {lv.rec.conversation_id for lv in running.values()
+                   if lv.state == "running" and lv.rec.agent == agent.name and lv.rec.conversation_id}
+        ctx = self._process_context(agent, proc, view.table, claimed)
+        cid = None
+        try:
+            cid = agent.discover(ctx)
+        except Exception as e:
+            raise MuxhostError(f"{agent.name} in pane {pane_id}: cannot tell its conversation ({type(e).__name__}: {e})")
+        if cid is not None and not agent.valid_id(cid):
+            cid = None
+        return Located(pane, agent, None, proc, ctx, cid)
+
+    def _agent_in(self, table: procs.ProcessTable, root_pid: int | None) -> tuple[Agent, procs.Proc] | None:
+        """The shallowest process of the tree that some agent's ``process_names`` match."""
+        level = [table.get(root_pid)] if table.get(root_pid) else []
+        while level:
+            for p in level:
+                for agent in self.registry.agents.values():
+                    if p.matches_name(agent.process_names):
+                        return agent, p
+            level = [c for p in level for c in (table.get(pid) for pid in table._children.get(p.pid, ())) if c]
+        return None
+
+    def _process_context(self, agent: Agent, proc: procs.Proc, table: procs.ProcessTable,
+                         claimed: Iterable[str]) -> AgentContext:
+        import psutil
+
+        env: dict[str, str] = {}
+        cwd = ""
+        try:
+            ps = psutil.Process(proc.pid)
+            env = ps.environ()
+            cwd = ps.cwd()
+        except psutil.Error:
+            pass
+        home = env.get("HOME") or os.path.expanduser("~")
+        cfg = self.config.agent(agent.name)
+        return AgentContext(home=home, env=env, cwd=cwd, launched_at=proc.create_time,
+                            pids=[p.pid for p in table.tree(proc.pid)], claimed=frozenset(claimed), config=cfg,
+                            args=list(cfg.get("args") or []))
+
+    def stop_adopted(self, loc: "Located", grace: float | None = None) -> tuple[str, float]:
+        """The ladder for an agent muxhost did not start: its pane (the user's shell) is left alone;
+        step 3 is SIGHUP to the agent's own tree instead of killing the pane."""
+        root = loc.proc
+        backend = self.backend(self.socket)
+
+        def collect(table: procs.ProcessTable) -> list[procs.Proc]:
+            return [p for p in table.tree(root.pid) if p.pid != root.pid or p.key == root.key]
+
+        def close() -> None:
+            for p in collect(procs.ProcessTable.snapshot()):
+                procs.signal_if_same(*p.key, procs.SIGHUP)
+
+        victims = {p.key: p for p in collect(procs.ProcessTable.snapshot())}
+        return self._ladder(backend, loc.pane.pane_id, loc.agent, root, victims, collect, close, grace,
+                            what=f"{loc.agent.name} in pane {loc.pane.pane_id}")
+
+    def purge_pane(self, pane_id: str, *, dry_run: bool = False, stop: bool = False,
+                   confirm: Callable[[PurgeReport], bool] | None = None) -> PurgeReport:
+        loc = self.locate(pane_id)
+        if loc.rec is not None:
+            return self.purge(rec=loc.rec, dry_run=dry_run, stop=stop, confirm=confirm)
+        if not loc.conversation_id:
+            raise NotFound(f"the {loc.agent.name} agent in pane {pane_id} has no conversation on disk yet")
+        self.check_id(loc.agent, loc.conversation_id)
+        if stop and not dry_run:
+            self.stop_adopted(loc)
+        return self.purge(agent_name=loc.agent.name, conversation_id=loc.conversation_id, dry_run=dry_run,
+                          confirm=confirm, ctx=loc.ctx)
 
     # -- reconcile --------------------------------------------------------------------------------
     def reconcile(self) -> list[str]:

@@ -1,7 +1,70 @@
-"""The purge key: tmux lines that bind a key to purge the conversation of the current pane."""
+"""The purge key: prefix + P purges the conversation of the agent in the current pane.
+
+The printed tmux lines do three things, all inside the key's own tmux command queue:
+
+1. ``if-shell`` runs ``muxhost purge --pane %N --tmux-prepare``: it finds the agent in the pane (a
+   record's, or one the user started by hand) and its conversation, and puts both into the pane options
+   ``@muxhost_purge_agent`` / ``@muxhost_purge_conversation``. No agent → a message, and nothing else.
+2. ``confirm-before`` asks, naming that agent and conversation.
+3. On "y", ``run-shell`` (not ``-b``: the ladder runs to completion in this process) runs
+   ``muxhost purge --pane %N --stop --yes --tmux-message``, which reports back with ``display-message``.
+"""
 
 from __future__ import annotations
 
+import os
+import shlex
+import sys
+from pathlib import Path
+
+AGENT_OPTION = "@muxhost_purge_agent"
+CONVERSATION_OPTION = "@muxhost_purge_conversation"
+
+
+def muxhost_command() -> str:
+    """This muxhost, by absolute path (run-shell gets the tmux server's PATH, not yours)."""
+    beside = Path(sys.executable).parent / "muxhost"
+    if beside.exists():
+        return shlex.quote(str(beside.absolute()))
+    argv0 = Path(sys.argv[0])
+    if argv0.name == "muxhost" and argv0.exists():
+        return shlex.quote(str(argv0.resolve()))
+    return f"{shlex.quote(sys.executable)} -m muxhost"
+
+
+def _tmux_quoted(text: str) -> str:
+    """A double-quoted tmux config string."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+
 
 def bindings(key: str = "P", socket: str | None = None) -> str:
-    raise NotImplementedError
+    if not key or any(c in key for c in " \t\n\"'{};"):
+        from muxhost.errors import UsageError
+
+        raise UsageError(f"--key {key!r}: give one tmux key name, like P or M-p")
+    mux = muxhost_command() + (f" --socket {shlex.quote(socket)}" if socket else "")
+    target = "--pane '#{pane_id}' --client '#{client_name}'"
+    prepare = f"{mux} purge {target} --tmux-prepare"
+    purge = f"{mux} purge {target} --stop --yes --tmux-message || true"
+    prompt = f"muxhost: purge the #{{{AGENT_OPTION}}} conversation #{{{CONVERSATION_OPTION}}} for good? (y/n)"
+    return f"""# muxhost purge key: prefix + {key} purges the conversation of the agent in the current pane,
+# with its child conversations. It asks first, naming the agent and the conversation, stops the agent
+# (the whole stop ladder) and says what happened.
+# Load:   add these lines to ~/.tmux.conf, then run: tmux source-file ~/.tmux.conf
+#         (or: muxhost tmux-bindings > ~/.config/muxhost/purge-key.conf
+#              and add `source-file ~/.config/muxhost/purge-key.conf` to ~/.tmux.conf)
+# Remove: tmux unbind-key {key}   (and delete the lines)
+bind-key {key} if-shell {_tmux_quoted(prepare)} {{
+  confirm-before -p {_tmux_quoted(prompt)} {{
+    run-shell {_tmux_quoted(purge)}
+  }}
+}}"""
+
+
+def summary(report) -> str:
+    n = len(report.removed)
+    text = f"muxhost: purged the {report.agent} conversation {report.conversation_id} ({n} item{'s' if n != 1 else ''})"
+    if report.residual:
+        text = (f"muxhost: purge incomplete: {len(report.residual)} left of the {report.agent} conversation "
+                f"{report.conversation_id}: {report.residual[0]}")
+    return text

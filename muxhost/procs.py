@@ -126,7 +126,11 @@ def argv_holders(token: str, table: ProcessTable | None = None, exclude: Iterabl
 
 
 def _is_muxhost(p: Proc) -> bool:
-    # our own CLI processes (e.g. `muxhost purge --conversation ID`) name the id but hold nothing
+    # Our own CLI processes (`muxhost purge --conversation ID`) name the id but hold nothing; so does
+    # the tmux server, whose argv is still that of the `tmux new-session … -- agent --id ID` that
+    # started it.
+    if p.name.startswith("tmux") or (p.cmdline and os.path.basename(p.cmdline[0]) == "tmux"):
+        return True
     args = [os.path.basename(a) for a in p.cmdline[:3]]
     return "muxhost" in args or (len(p.cmdline) > 2 and p.cmdline[1:3] == ("-m", "muxhost"))
 
@@ -197,5 +201,6 @@ def marked(record_id: str, table: ProcessTable, since: float | None = None) -> l
     return out
 
 
+SIGHUP = signal.SIGHUP
 SIGTERM = signal.SIGTERM
 SIGKILL = signal.SIGKILL

@@ -198,8 +198,13 @@ class TmuxBackend(Backend):
     def kill_session(self, session_id):
         self._run("kill-session", "-t", session_id, check=False)
 
-    def message(self, text, pane_id=None):
+    def message(self, text, pane_id=None, client=None):
         args = ["display-message"]
+        if client:
+            args += ["-c", client]
         if pane_id:
             args += ["-t", pane_id]
-        self._run(*args, "-d", "8000", text.replace("#", "##"), check=False)
+        self._run(*args, "-d", "10000", text.replace("#", "##"), check=False, fast=True)
+
+    def set_pane_option(self, pane_id: str, name: str, value: str) -> None:
+        self._run("set-option", "-p", "-t", pane_id, name, value, fast=True)

@@ -196,6 +196,7 @@ class OpenCodeAgent(Agent):
         db = self.db_path(ctx)
         if db is not None and db.exists():
             self._delete_rows(db, conversation_id)
+            self._compact(ctx, db)
         self._delete_files(ctx, family, info)
         after = set(self.artifacts(ctx, conversation_id))
         return [item for item in before if item not in after]
@@ -353,6 +354,7 @@ class OpenCodeAgent(Agent):
         con = sqlite3.connect(str(db), timeout=WRITE_TIMEOUT, isolation_level=None)
         try:
             con.execute(f"pragma busy_timeout = {int(WRITE_TIMEOUT * 1000)}")
+            con.execute("pragma secure_delete = on")
             con.execute("begin immediate")
             try:
                 family = _walk(con, conversation_id)  # again, under the write lock
@@ -374,6 +376,24 @@ class OpenCodeAgent(Agent):
                 raise
         except sqlite3.Error as e:
             raise MuxhostError(f"could not delete the rows from {db}: {e}") from e
+        finally:
+            con.close()
+
+    @staticmethod
+    def _compact(ctx: AgentContext, db: Path) -> None:
+        """Deleted rows leave their bytes in free pages and in the WAL (``opencode session delete``
+        does not zero them): checkpoint, VACUUM, and truncate the WAL, so the text is gone from disk."""
+        con = sqlite3.connect(str(db), timeout=WRITE_TIMEOUT, isolation_level=None)
+        try:
+            con.execute(f"pragma busy_timeout = {int(WRITE_TIMEOUT * 1000)}")
+            con.execute("pragma wal_checkpoint(truncate)").fetchall()
+            con.execute("vacuum")
+            busy = con.execute("pragma wal_checkpoint(truncate)").fetchone()
+            if busy and busy[0]:
+                ctx.notes.append(f"{ctx.expand(db)}: the WAL could not be emptied (a reader was busy);"
+                                 " deleted text may stay in it until opencode checkpoints")
+        except sqlite3.Error as e:
+            ctx.notes.append(f"{ctx.expand(db)} was not compacted ({e}): deleted text may remain in free pages")
         finally:
             con.close()
 
@@ -431,7 +451,7 @@ class OpenCodeAgent(Agent):
         uid = os.getuid()
         out = []
         for proc in table.procs.values():
-            if proc.pid in me:
+            if proc.pid in me or _is_muxhost(proc):  # another muxhost reading it (ls, discover)
                 continue
             if lockers is not None and proc.pid in lockers:
                 out.append((proc, f"has {db} open"))
@@ -452,6 +472,10 @@ class OpenCodeAgent(Agent):
         for pid in sorted((lockers or set()) - set(table.procs) - me):
             out.append((procs.Proc(pid, 0, 0.0, "?", ()), f"holds a lock on {db}"))
         return out
+
+
+# muxhost's own processes read the database for a moment (discover in `muxhost ls`); they hold nothing
+_is_muxhost = getattr(procs, "is_muxhost", None) or procs._is_muxhost
 
 
 def _lock_holders(paths: Iterable[str]) -> set[int] | None:

@@ -163,6 +163,7 @@ def _purge_and_check(oc, target, other, opencode_db, **ctx_kw):
     plan.parent.mkdir(parents=True, exist_ok=True)
     plan.write_text("# plan\n")
     before_other = db.counts(ofam)
+    assert b"MUXHOST_SPAWN target" in _raw(oc.db)
     assert db.counts(fam)["message"] > 0 and db.counts(fam)["event"] > 0
 
     c = ctx_for(oc, **ctx_kw)
@@ -186,7 +187,14 @@ def _purge_and_check(oc, target, other, opencode_db, **ctx_kw):
     for sid in ofam:
         assert (diffs / f"{sid}.json").exists()
     assert not plan.exists()
+    # the text itself is gone from the database files (no free pages or WAL frames keep it)
+    assert b"MUXHOST_SPAWN target" not in _raw(oc.db)
+    assert b"MUXHOST_SPAWN other" in _raw(oc.db)
     return c
+
+
+def _raw(db: Path) -> bytes:
+    return b"".join(Path(f"{db}{suffix}").read_bytes() for suffix in ("", "-wal") if Path(f"{db}{suffix}").exists())
 
 
 def test_purge_with_the_binary(made, opencode_db):

@@ -1,0 +1,136 @@
+"""The purge key, end to end: a real tmux server, a real client attached in a pseudo-terminal,
+the printed bindings loaded, prefix + P pressed and the prompt answered."""
+import json
+import os
+from pathlib import Path
+
+import psutil
+import pytest
+
+from muxhost.testing import TmuxClient, wait_for
+
+PREFIX = b"\x02"  # C-b
+
+
+def demo_root(mux) -> Path:
+    return mux.home / ".local/share/muxhost-demo"
+
+
+def conv(mux, cid) -> Path:
+    return demo_root(mux) / "conversations" / f"{cid}.jsonl"
+
+
+@pytest.fixture
+def keyed(mux, tmp_path):
+    """Bindings printed by `muxhost tmux-bindings`, loaded into the test's tmux server, and a
+    client attached to a session `main` whose first pane is a plain shell."""
+    neighbour = mux.ok("launch", "demo", "--json")  # starts the server with the test's environment
+    mux.wait_screen(neighbour["pane"], "demo>")
+    mux.type(neighbour["pane"], "a neighbour's words")
+    mux.wait_screen(neighbour["pane"], "turn 1")
+    lines = mux.ok("tmux-bindings")
+    assert "confirm-before" in lines and "run-shell" in lines and "--stop --yes" in lines
+    assert "purge --pane '#{pane_id}'" in lines and os.path.isabs(lines.split('if-shell "')[1].split()[0])
+    conf = tmp_path / "purge-key.conf"
+    conf.write_text(lines)
+    r = mux.server.cmd("source-file", str(conf))
+    assert r.returncode == 0, r.stderr
+    mux.server.cmd("new-session", "-d", "-s", "main", "-x", "200", "-y", "40", "--", "/bin/sh")
+    env = dict(mux.env, TERM="xterm-256color")
+    client = TmuxClient(mux.socket, "main", env)
+    client.wait_text("[main]", timeout=10)
+    yield neighbour, client
+    client.close()
+
+
+def into_main(mux, record_id):
+    """Move a launched agent's pane into the attached session's window, and select it."""
+    rec = mux.ok("show", record_id, "--json")
+    mux.server.cmd("join-pane", "-s", rec["pane"], "-t", "main:0")
+    mux.server.cmd("select-pane", "-t", rec["pane"])
+    return rec
+
+
+def press_purge(client, expect_prompt):
+    mark = client.mark()
+    client.press(PREFIX + b"P")
+    return client.wait_text(expect_prompt, since=mark)
+
+
+def test_key_purges_a_launched_agents_conversation(mux, keyed):
+    neighbour, client = keyed
+    rec = mux.ok("launch", "demo", "--json")
+    mux.wait_screen(rec["pane"], "demo>")
+    mux.type(rec["pane"], "/child 2")
+    wait_for(lambda: mux.capture(rec["pane"]).count("child conversation") == 2, what="children")
+    into_main(mux, rec["id"])
+    cid = rec["conversation_id"]
+    neighbour_bytes = conv(mux, neighbour["conversation_id"]).read_bytes()
+    press_purge(client, f"purge the demo conversation {cid} for good? (y/n)")
+    mark = client.mark()
+    client.press(b"y")
+    client.wait_text(f"muxhost: purged the demo conversation {cid} (3 items)", since=mark)
+    assert not conv(mux, cid).exists()
+    assert [p.stem for p in (demo_root(mux) / "conversations").glob("*.jsonl")] == [neighbour["conversation_id"]]
+    assert conv(mux, neighbour["conversation_id"]).read_bytes() == neighbour_bytes
+    shown = mux.ok("show", rec["id"], "--json")
+    assert shown["state"] == "stopped" and shown["outcome"] == "exit"
+    assert all(not psutil.pid_exists(p) for p in rec["pids"])
+    assert mux.ok("show", neighbour["id"], "--json")["state"] == "running"
+
+
+def test_key_purges_an_agent_started_by_hand_in_a_shell(mux, keyed):
+    neighbour, client = keyed
+    shell_pane = mux.tmux("display-message", "-p", "-t", "main:0", "#{pane_id}")[0]
+    demo = Path(os.environ.get("VIRTUAL_ENV", "")) / "bin" / "muxhost-demo"
+    demo = str(demo) if demo.exists() else "muxhost-demo"
+    mux.type(shell_pane, f"HOME={mux.home} {demo}")  # typed into the shell, as a user would
+    mux.wait_screen(shell_pane, "demo>")
+    mux.type(shell_pane, "started by hand")
+    mux.wait_screen(shell_pane, "turn 1")
+    cid = mux.capture(shell_pane).split("conversation ")[1].split()[0]
+    assert conv(mux, cid).exists()
+    shell_pid = int(mux.tmux("display-message", "-p", "-t", shell_pane, "#{pane_pid}")[0])
+    press_purge(client, f"purge the demo conversation {cid} for good? (y/n)")
+    mark = client.mark()
+    client.press(b"y")
+    client.wait_text(f"muxhost: purged the demo conversation {cid}", since=mark)
+    assert not conv(mux, cid).exists()
+    assert conv(mux, neighbour["conversation_id"]).exists()
+    # the agent is gone, the user's shell and pane are not
+    def agent_left():
+        return [c.pid for c in psutil.Process(shell_pid).children(recursive=True)
+                if "muxhost-demo" in " ".join(c.cmdline())]
+    assert agent_left() == []
+    assert psutil.Process(shell_pid).is_running()
+    assert shell_pane in mux.tmux("list-panes", "-a", "-F", "#{pane_id}")
+    history = (demo_root(mux) / "history.jsonl").read_text().splitlines()
+    assert [json.loads(h)["conversation"] for h in history] == [neighbour["conversation_id"]]
+
+
+def test_answering_no_touches_nothing(mux, keyed):
+    neighbour, client = keyed
+    rec = mux.ok("launch", "demo", "--json")
+    mux.wait_screen(rec["pane"], "demo>")
+    into_main(mux, rec["id"])
+    before = conv(mux, rec["conversation_id"]).read_bytes()
+    press_purge(client, f"conversation {rec['conversation_id']} for good? (y/n)")
+    client.press(b"n")
+    import time
+
+    time.sleep(1.0)
+    assert conv(mux, rec["conversation_id"]).read_bytes() == before
+    assert mux.ok("show", rec["id"], "--json")["state"] == "running"
+
+
+def test_a_pane_with_no_agent_says_so_and_touches_nothing(mux, keyed):
+    neighbour, client = keyed
+    shell_pane = mux.tmux("display-message", "-p", "-t", "main:0", "#{pane_id}")[0]
+    before = {p: p.read_bytes() for p in demo_root(mux).rglob("*") if p.is_file()}
+    mark = client.mark()
+    client.press(PREFIX + b"P")
+    client.wait_text(f"muxhost: no agent in pane {shell_pane}", since=mark)
+    assert "purge the" not in client.text_since(mark)  # never asked
+    assert {p: p.read_bytes() for p in demo_root(mux).rglob("*") if p.is_file()} == before
+    r = mux.run("purge", "--pane", shell_pane, "--yes")
+    assert r.rc == 3 and "no agent in pane" in r.err
