@@ -36,8 +36,11 @@ def test_explicit_config_that_does_not_exist(mux, tmp_path):
 
 
 def test_unknown_agent_lists_the_known_ones(mux):
-    msg = one_line(mux.run("launch", "nosuch"), 2)
+    msg = one_line(mux.run("launch", "nosuch", env={"MUXHOST_LOAD_PLUGINS": ""}), 2)
     assert msg == "muxhost: unknown agent 'nosuch' (known: demo)"
+    mux.config.write_text("agents:\n  mine:\n    command: [/bin/true]\n")
+    msg = one_line(mux.run("launch", "nosuch", env={"MUXHOST_LOAD_PLUGINS": ""}), 2)
+    assert msg == "muxhost: unknown agent 'nosuch' (known: demo, mine)"
 
 
 def test_usage_errors(mux):
