@@ -153,6 +153,10 @@ def test_stop_finds_the_native_codex_after_its_wrapper_was_killed(mux, mux_codex
     assert "daemon" in r.err and "--no-daemon" in r.err  # the warning line
     rid, pane = r.json["id"], r.json["pane"]
     wait_ready(mux, pane)
+    prompt(mux, cx, pane, "hello before the kill")
+    mux.wait_screen(pane, "fake reply")
+    cid = record(mux, rid, all_records=False)["conversation_id"]
+    assert cid
     wrapper = psutil.Process(r.json["pids"][0])
     (native,) = [p for p in wrapper.children(recursive=True) if p.name() == "codex"]
     assert wrapper.name() == "node"
@@ -169,3 +173,12 @@ def test_stop_finds_the_native_codex_after_its_wrapper_was_killed(mux, mux_codex
     stopped = mux.ok("stop", rid, "--json")
     assert stopped["outcome"] in ("hup", "term", "kill"), stopped
     assert not same_process(*native_key)
+
+    # a killed codex leaves its lock file and shell snapshot behind: stale, not in use, and purged
+    ch = cx.codex_home
+    assert (ch / "thread-writer-locks" / f"{cid}.lock").exists()
+    assert list((ch / "shell_snapshots").glob(f"{cid}.*"))
+    report = mux.ok("purge", rid, "--yes", "--json")
+    assert report["complete"] and f"~/.codex/thread-writer-locks/{cid}.lock" in report["removed"]
+    assert any(x.startswith(f"~/.codex/shell_snapshots/{cid}.") for x in report["removed"])
+    assert cx.mentions({cid}) == []
