@@ -263,3 +263,27 @@ def test_reads_never_wait_for_a_writer(made):
     finally:
         w.execute("rollback")
         w.close()
+
+
+def test_unreadable_processes_fail_closed_without_proc_locks(made, spawned, fake_opencode, monkeypatch):
+    import psutil
+    import muxhost_opencode
+
+    oc, other, target, _t0 = made
+    p = spawned(fake_opencode)
+    wait_for(lambda: "opencode" in " ".join(psutil.Process(p.pid).cmdline()), what="fake opencode")
+    real_open_files = psutil.Process.open_files
+
+    def denied(self):
+        if self.pid == p.pid:
+            raise psutil.AccessDenied(self.pid)
+        return real_open_files(self)
+
+    monkeypatch.setattr(psutil.Process, "open_files", denied)
+    # Linux: /proc/locks tells who has the database open, so a process we may not read is no holder
+    # unless it holds a lock on it
+    assert AGENT.in_use(ctx_for(oc), target) == []
+    # without /proc/locks (macOS) an opencode whose open files we may not read may hold it
+    monkeypatch.setattr(muxhost_opencode, "_lock_holders", lambda paths: None)
+    holders = AGENT.in_use(ctx_for(oc), target)
+    assert any(h.startswith(f"pid {p.pid} ") and "cannot be read" in h for h in holders), holders
