@@ -50,7 +50,8 @@ class AgentContext:
     ``claimed`` conversation ids bound to other live records (never discover one of these),
     ``config`` this agent's mapping from config.yaml, ``args`` the extra arguments given after
     ``--`` on ``muxhost launch``, ``conversation_id`` the id the record knows so far (or None), and
-    ``notes``: a list a plugin may append human-readable remarks to (they appear in reports).
+    ``notes``: a list a plugin may append human-readable remarks to (they appear in reports), and
+    ``processes``: the process table the host already read (see :meth:`process_table`).
     """
 
     home: str
@@ -64,6 +65,17 @@ class AgentContext:
     conversation_id: str | None = None
     record_id: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: the process table the host just read (a muxhost.procs.ProcessTable), or None: reuse it
+    #: instead of scanning the process table again (``procs.ProcessTable.snapshot()``)
+    processes: Any = field(default=None, repr=False, compare=False)
+
+    def process_table(self):
+        """The host's snapshot when there is one, else a fresh one."""
+        if self.processes is None:
+            from muxhost.procs import ProcessTable
+
+            self.processes = ProcessTable.snapshot()
+        return self.processes
 
     def _xdg(self, kind: str) -> Path:
         var, default = _XDG[kind]

@@ -158,14 +158,15 @@ class Host:
         except Exception:
             return False
 
-    def context(self, rec: Record, pids: Iterable[int] = (), claimed: Iterable[str] = ()) -> AgentContext:
+    def context(self, rec: Record, pids: Iterable[int] = (), claimed: Iterable[str] = (),
+                table: procs.ProcessTable | None = None) -> AgentContext:
         cfg = self.config.agent(rec.agent)
         return AgentContext(home=rec.home, env=dict(rec.env), cwd=rec.cwd, launched_at=rec.launched_at,
                             pids=list(pids), claimed=frozenset(claimed), config=cfg,
                             args=list(cfg.get("args") or []), conversation_id=rec.conversation_id,
-                            record_id=rec.id)
+                            record_id=rec.id, processes=table)
 
-    def refresh(self, lives: list[Live]) -> None:
+    def refresh(self, lives: list[Live], table: procs.ProcessTable | None = None) -> None:
         """Ask each running record's plugin which conversation it is in now (discover)."""
         running = [lv for lv in lives if lv.state == "running"]
         for lv in running:
@@ -175,7 +176,7 @@ class Host:
             claimed = {o.rec.conversation_id for o in running
                        if o is not lv and o.rec.agent == lv.rec.agent and o.rec.conversation_id}
             try:
-                cid = agent.discover(self.context(lv.rec, [p.pid for p in lv.tree], claimed))
+                cid = agent.discover(self.context(lv.rec, [p.pid for p in lv.tree], claimed, table))
             except Exception:
                 continue
             if cid and cid != lv.rec.conversation_id and agent.valid_id(cid) and cid not in claimed:
@@ -185,7 +186,7 @@ class Host:
         records = self.store.all()
         view = self.view(records)
         lives = [self.live(r, view, check_resumable=False) for r in records]
-        self.refresh(lives)
+        self.refresh(lives, view.table)
         for lv in lives:
             if lv.rec.conversation_id and lv.state != "running":
                 lv.resumable = self._resumable(self.registry.agents.get(lv.rec.agent), lv.rec)

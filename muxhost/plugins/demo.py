@@ -114,7 +114,7 @@ class DemoAgent(Agent):
     def in_use(self, ctx: AgentContext, conversation_id: str) -> list[str]:
         family = set(self.family(ctx, conversation_id))
         holders = []
-        table = procs.ProcessTable.snapshot()
+        table = ctx.process_table()
         for entry in self._live(ctx):
             if entry.get("conversation") in family and self._alive(entry):
                 p = table.get(entry["pid"])

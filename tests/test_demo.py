@@ -1,0 +1,54 @@
+"""The demo agent program and its plugin, as a plugin author would read them."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from muxhost import config
+from muxhost.agent import AgentContext
+from muxhost.plugins.demo import DemoAgent
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_demo(home, *args, input=""):
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "muxhost.demo_agent", *args], input=input, env=env,
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_demo_program_answers_resumes_and_makes_children(tmp_path):
+    cid = "a" * 32
+    r = run_demo(tmp_path, "--id", cid, input="hello\n/child 2\n/exit\n")
+    assert r.returncode == 0, r.stderr
+    assert "olleh" in r.stdout and f"resume with: muxhost-demo --resume {cid}" in r.stdout
+    root = tmp_path / ".local/share/muxhost-demo"
+    assert len(list((root / "conversations").glob("*.jsonl"))) == 3
+    assert not list((root / "live").glob("*.json"))  # the live entry goes with a clean exit
+    r = run_demo(tmp_path, "--resume", cid, input="again\n")
+    assert "turn 2" in r.stdout
+    ctx = AgentContext(home=str(tmp_path), env={"HOME": str(tmp_path)})
+    agent = DemoAgent()
+    family = agent.family(ctx, cid)
+    assert family[0] == cid and len(family) == 3
+    assert agent.exists(ctx, cid) and agent.in_use(ctx, cid) == []
+    assert run_demo(tmp_path, "--resume", "b" * 32).returncode == 1
+    assert run_demo(tmp_path, "--resume", "../x").returncode == 2
+
+
+def test_data_home_follows_xdg_only_for_the_callers_own_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "me"))
+    own = AgentContext(home=str(tmp_path / "me"), env={"XDG_DATA_HOME": str(tmp_path / "xdg")})
+    other = AgentContext(home=str(tmp_path / "other"), env={"XDG_DATA_HOME": str(tmp_path / "xdg")})
+    assert own.data_home() == tmp_path / "xdg"
+    assert other.data_home() == tmp_path / "other/.local/share"
+    assert own.config_home() == tmp_path / "me/.config"
+    assert own.expand(tmp_path / "me/a/b") == "~/a/b" and own.expand("/etc/x") == "/etc/x"
+
+
+def test_config_example_shows_every_key_and_is_valid():
+    text = (ROOT / "config.example.yaml").read_text()
+    cfg = config.parse(text, "config.example.yaml")
+    for key in ("socket_name", "default_agent", *config.DEFAULTS, *config.AGENT_KEYS):
+        assert f"{key}:" in text, key
+    assert cfg.agents["aider"]["command"] == ["aider", "--no-auto-commits"]
