@@ -53,18 +53,17 @@ def test_usage_errors(mux):
 
 
 def test_ref_that_matches_nothing_or_two_records(mux):
-    a = mux.ok("launch", "demo", "--json")
-    b = mux.ok("launch", "demo", "--json")
     assert "no record matches" in one_line(mux.run("stop", "zzzz"), 3)
-    # a prefix shared by both: make one by forging a second record name
-    common = os.path.commonprefix([a["id"], b["id"]])
-    if len(common) >= 2:
-        assert "matches 2 records" in one_line(mux.run("stop", common), 2)
-    mux.ok("stop", a["id"])
-    mux.ok("launch", "demo", "--name", "twin")
-    r = mux.run("launch", "demo", "--name", "twin")
-    assert "already used" in one_line(r, 2)
+    first = mux.ok("launch", "demo", "--name", "twin", "--json")
+    assert "already used" in one_line(mux.run("launch", "demo", "--name", "twin"), 2)
+    mux.ok("stop", "twin")
+    second = mux.ok("launch", "demo", "--name", "twin", "--json")  # a stopped record's name is free again
+    assert mux.ok("show", "twin", "--json")["id"] == second["id"]  # the live one wins
     assert one_line(mux.run("show", "%999"), 3) == "muxhost: no muxhost record for pane %999"
+    mux.ok("stop", "twin")
+    msg = one_line(mux.run("show", "twin"), 2)
+    assert "matches 2 records" in msg and first["id"] in msg and second["id"] in msg
+    assert mux.ok("show", first["id"][:6], "--json")["id"] == first["id"]  # a unique prefix
 
 
 def test_no_tmux_server_on_the_socket(mux):

@@ -450,6 +450,10 @@ class CodexAgent(Agent):
 
     def _command(self, ctx: AgentContext) -> tuple[str, list[str]]:
         binary = find_binary(ctx)
+        if binary is None:
+            where = ctx.config.get("binary") or "codex on the agent's PATH"
+            raise muxhost.MuxhostError(f"codex: cannot find {where} (install @openai/codex, or set "
+                                       "agents.codex.binary in config.yaml)")
         switch = in_process_switch(binary, ctx.env or None)
         home = codex_home(ctx)
         warning = daemon_warning(ctx, home)
@@ -461,7 +465,7 @@ class CodexAgent(Agent):
         if any(a == "--remote" or a.startswith("--remote=") for a in ctx.args):
             ctx.notes.append("codex: --remote connects to a server muxhost does not own: the conversation lives "
                              "there, and stop/purge cannot reach it")
-        return binary or "codex", switch
+        return binary, switch
 
     def launch(self, ctx: AgentContext) -> Launch:
         binary, switch = self._command(ctx)

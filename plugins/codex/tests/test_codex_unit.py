@@ -13,7 +13,7 @@ import time
 import pytest
 
 import muxhost_codex
-from muxhost import AgentContext
+from muxhost import AgentContext, MuxhostError
 from muxhost.procs import Proc
 from muxhost_codex import CodexAgent
 
@@ -108,7 +108,10 @@ def test_codex_home_and_binary_come_from_the_agent_environment(tmp_path):
     assert muxhost_codex.codex_home(ctx) == tmp_path / "elsewhere"
     ctx = AgentContext(home=str(tmp_path), env={})
     assert muxhost_codex.codex_home(ctx) == tmp_path / ".codex"
-    assert muxhost_codex.find_binary(AgentContext(home=str(tmp_path), env={"PATH": "/nonexistent"})) is None
+    ctx = AgentContext(home=str(tmp_path), env={"PATH": "/nonexistent"})
+    assert muxhost_codex.find_binary(ctx) is None
+    with pytest.raises(MuxhostError, match="cannot find codex"):
+        CodexAgent().launch(ctx)
 
 
 # -- discover -------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ import re
 import shutil
 import sqlite3
 import subprocess
+import tempfile
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -527,24 +528,53 @@ def session_from_argv(argv: Iterable[str]) -> str | None:
     return None
 
 
+class _Snapshot(sqlite3.Connection):
+    """A connection to a private copy of a database; the copy goes when the connection closes."""
+
+    tmpdir: str | None = None
+
+    def close(self) -> None:
+        super().close()
+        if self.tmpdir:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            self.tmpdir = None
+
+
 def connect_ro(db: Path) -> sqlite3.Connection:
     """A read-only connection (``mode=ro``) that waits at most READ_TIMEOUT for a lock.
 
-    A WAL database read read-only still needs its ``-shm`` (the WAL index): SQLite creates it when
-    the folder is writable. When it cannot (no ``-shm`` and a read-only folder) and there is no WAL
-    content either, the main file is the whole database and is opened ``immutable``."""
+    A WAL database read read-only still needs its ``-shm`` (the WAL index), which SQLite creates when
+    the folder is writable. When it cannot (no ``-shm``, a folder we may not write), no process has the
+    database open (a live connection keeps the ``-shm``), so: with no WAL content the main file is the
+    whole database and is opened ``immutable``; with WAL content, a private copy of the database and
+    its WAL is read instead."""
     uri = "file:" + urllib.parse.quote(str(db)) + "?mode=ro"
     try:
         con = sqlite3.connect(uri, uri=True, timeout=READ_TIMEOUT, check_same_thread=False)
         con.execute("select count(*) from sqlite_master").fetchone()
         return con
     except sqlite3.OperationalError as e:
-        wal = Path(str(db) + "-wal")
-        if wal.exists() and wal.stat().st_size > 0:
-            raise MuxhostError(f"cannot read {db} read-only: {e}") from e
-    con = sqlite3.connect(uri + "&immutable=1", uri=True, timeout=READ_TIMEOUT, check_same_thread=False)
-    con.execute("select count(*) from sqlite_master").fetchone()
-    return con
+        error = e
+    wal = Path(f"{db}-wal")
+    try:
+        if not (wal.exists() and wal.stat().st_size > 0):
+            con = sqlite3.connect(uri + "&immutable=1", uri=True, timeout=READ_TIMEOUT, check_same_thread=False)
+            con.execute("select count(*) from sqlite_master").fetchone()
+            return con
+        tmpdir = tempfile.mkdtemp(prefix="muxhost-opencode-")
+        try:
+            copy = Path(tmpdir) / "opencode.db"
+            shutil.copyfile(db, copy)
+            shutil.copyfile(wal, f"{copy}-wal")
+            con = sqlite3.connect(str(copy), timeout=READ_TIMEOUT, check_same_thread=False, factory=_Snapshot)
+            con.tmpdir = tmpdir
+            con.execute("select count(*) from sqlite_master").fetchone()
+            return con
+        except BaseException:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+            raise
+    except (OSError, sqlite3.Error) as e:
+        raise MuxhostError(f"cannot read {db} read-only: {error}; {e}") from e
 
 
 def _walk(con: sqlite3.Connection, root: str) -> list[str]:
