@@ -66,6 +66,7 @@ class FakeAnthropic:
 
     def __init__(self, cwd_hint: str | None = None):
         self.requests: list[dict] = []
+        self.turns: list[dict] = []  # every finished answer: {"prompt": last prompt, "text": answer}
         self.lock = threading.Lock()
         self.cwd_hint = cwd_hint
         outer = self
@@ -102,6 +103,11 @@ class FakeAnthropic:
                 if not path.endswith("/v1/messages"):
                     return self._json(200, {})
                 blocks, stop = outer.answer(body)
+                if stop == "end_turn":
+                    prompts = [m for m in body.get("messages") or () if m.get("role") == "user" and not _is_tool_result(m)]
+                    with outer.lock:
+                        outer.turns.append({"prompt": _text_of(prompts[-1].get("content")) if prompts else "",
+                                            "text": "".join(b.get("text", "") for b in blocks)})
                 if body.get("stream"):
                     self._stream(body, blocks, stop)
                 else:
@@ -359,14 +365,21 @@ class ClaudeWorld:
     def wait_ready(self, pane: str, timeout: float = 30) -> str:
         return self.mux.wait_screen(pane, self.READY, timeout=timeout)
 
-    def say(self, pane: str, text: str, expect: str, timeout: float = 30) -> str:
-        """Type a prompt, then wait until ``expect`` shows up on the screen more often than before."""
+    def say(self, pane: str, text: str, expect: str, timeout: float = 60) -> str:
+        """Type a prompt; wait until the fake model has given the turn's last answer (``expect``) and
+        the screen shows it."""
         from muxhost.testing import wait_for
 
-        before = self.mux.capture(pane).count(expect)
+        seen = len(self.server.turns)
+
+        def answered():
+            with self.server.lock:
+                new = self.server.turns[seen:]
+            return any(text in t["prompt"] and expect in t["text"] for t in new)
+
         self.mux.type(pane, text)
-        return wait_for(lambda: (lambda s: s if s.count(expect) > before else None)(self.mux.capture(pane)),
-                        timeout=timeout, what=f"{expect!r} after typing {text!r} on {pane}")
+        wait_for(answered, timeout=timeout, what=f"the answer {expect!r} to {text!r}")
+        return self.mux.wait_screen(pane, expect, timeout=timeout)
 
     def record(self, ref: str) -> dict:
         return next(r for r in self.mux.ok("ls", "--all", "--json") if r["id"] == ref)

@@ -100,13 +100,13 @@ def test_scenario(claude_world):
     assert live["state"] == "running" and live["conversation_id"] == id1
     w.wait_ready(live["pane"])
     w.say(live["pane"], "hello again", FAKE_REPLY)
-    wait_for(lambda: len((folder / f"{id1}.jsonl").read_bytes().splitlines()) > lines_before, what="transcript grows")
+    wait_for(lambda: len((folder / f"{id1}.jsonl").read_bytes().splitlines()) > lines_before, timeout=30, what="transcript grows")
     assert len(list(folder.glob("*.jsonl"))) == 2  # no new conversation: other + id1
 
     # 5. /clear: the record follows the new conversation
     mux.type(live["pane"], "/clear")
     id2 = wait_for(lambda: (lambda r: r["conversation_id"] if r["conversation_id"] != id1 else None)(
-        next(r for r in mux.ok("ls", "--json") if r["id"] == ref)), timeout=20, what="ls follows /clear")
+        next(r for r in mux.ok("ls", "--json") if r["id"] == ref)), timeout=30, what="ls follows /clear")
     assert agent.valid_id(id2) and id2 not in (id1, other_id)
     w.say(live["pane"], "after clear", FAKE_REPLY)
     assert (folder / f"{id2}.jsonl").is_file()
@@ -196,7 +196,7 @@ def test_in_session_resume_kill_and_gone_cwd(claude_world):
     assert rec["conversation_id"] != a
     mux.type(rec["pane"], f"/resume {a}")
     wait_for(lambda: next(r for r in mux.ok("ls", "--json") if r["id"] == rec["id"])["conversation_id"] == a,
-             timeout=20, what="ls follows an in-session /resume")
+             timeout=30, what="ls follows an in-session /resume")
     w.say(rec["pane"], "hello resumed", FAKE_REPLY)
     held = agent.in_use(w.ctx(cwd), a)
     assert held, "the live registry names a"
@@ -204,7 +204,7 @@ def test_in_session_resume_kill_and_gone_cwd(claude_world):
     # a background shell (its own session, CLAUDE_CODE_SESSION_ID=a in its environment)
     w.say(rec["pane"], "start MUXHOST_BACKGROUND", "background started")
     shells = wait_for(lambda: [p for p in psutil.process_iter(["pid", "cmdline"]) if p.info["cmdline"] == ["sleep", "300"]
-                               and _env_of(p).get("CLAUDE_CODE_SESSION_ID") == a], what="the background shell")
+                               and _env_of(p).get("CLAUDE_CODE_SESSION_ID") == a], timeout=30, what="the background shell")
 
     # SIGKILL: the registry file stays behind, names a dead pid, and does not count
     registry = [f for f in (w.config_dir / "sessions").glob("*.json") if json.loads(f.read_text())["sessionId"] == a]
@@ -213,14 +213,14 @@ def test_in_session_resume_kill_and_gone_cwd(claude_world):
     proc = psutil.Process(pid)
     assert "claude" in proc.name()
     proc.send_signal(signal.SIGKILL)
-    wait_for(lambda: not psutil.pid_exists(pid) or proc.status() == psutil.STATUS_ZOMBIE, what="claude killed")
+    wait_for(lambda: not psutil.pid_exists(pid) or proc.status() == psutil.STATUS_ZOMBIE, timeout=30, what="claude killed")
     assert registry[0].exists(), "SIGKILL leaves the registry file"
     # ...but the orphaned background shell still works for conversation a: in use
     held = agent.in_use(w.ctx(cwd), a)
     assert str(shells[0].pid) in [h.split()[1] for h in held], held
     assert mux.run("purge", "--agent", "claude", "--conversation", a, "--yes", "--json").rc == 4
     mux.run("stop", rec["id"], "--json")  # the ladder ends the record's stray processes too
-    wait_for(lambda: not shells[0].is_running() or shells[0].status() == psutil.STATUS_ZOMBIE, what="shell ended")
+    wait_for(lambda: not shells[0].is_running() or shells[0].status() == psutil.STATUS_ZOMBIE, timeout=30, what="shell ended")
     assert agent.in_use(w.ctx(cwd), a) == []
     assert f"~/.claude/sessions/{pid}.json" in agent.artifacts(w.ctx(cwd), a)
 
