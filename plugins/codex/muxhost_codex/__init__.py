@@ -754,7 +754,9 @@ class CodexAgent(Agent):
         dbs = self._dbs_naming(ctx, home, fam)
         removed: list[str] = []
         binary = find_binary(ctx)
-        if binary is None:
+        if not self.exists(ctx, conversation_id):
+            pass  # no rollout and no row: nothing for `codex delete` to find; the sweep takes the leftovers
+        elif binary is None:
             ctx.notes.append("codex: the codex binary was not found; removed the thread with the SQL and file fallback")
         else:
             argv = [binary, "delete", "--force", *DAEMON_OFF, conversation_id]
@@ -896,9 +898,14 @@ def _parse_ts_ms(value: object) -> int | None:
 
 
 def _last_line(text: str) -> str:
+    """The line that says what went wrong: codex's ``Error: …`` line, else the last plain line
+    (never its PATH-alias warning or a backtrace frame)."""
     lines = [ln.strip() for ln in (text or "").splitlines()
              if ln.strip() and "could not create PATH aliases" not in ln]
-    return lines[-1][:200] if lines else ""
+    errors = [ln for ln in lines if ln.lower().startswith("error")]
+    plain = [ln for ln in lines if not re.match(r"(\d+:|at |Stack backtrace)", ln)]
+    pick = errors or plain
+    return pick[0 if errors else -1][:200] if pick else ""
 
 
 @muxhost.hookimpl

@@ -203,8 +203,8 @@ def test_exists_and_in_use(codex, tmp_path, monkeypatch):
 # -- artifacts / purge ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("with_binary", [True, False], ids=["codex-delete", "sql-fallback"])
-def test_purge_removes_parent_and_child_everywhere_and_nothing_else(codex, tmp_path, with_binary):
+@pytest.mark.parametrize("binary", ["real", "missing", "failing"])
+def test_purge_removes_parent_and_child_everywhere_and_nothing_else(codex, tmp_path, binary):
     work, other = tmp_path / "work", tmp_path / "other"
     work.mkdir()
     other.mkdir()
@@ -229,8 +229,13 @@ def test_purge_removes_parent_and_child_everywhere_and_nothing_else(codex, tmp_p
 
     agent = CodexAgent()
     ctx = ctx_for(codex, work)
-    if not with_binary:
+    if binary == "missing":
         ctx.config["binary"] = str(tmp_path / "no-such-codex")
+    elif binary == "failing":
+        failing = tmp_path / "failing-codex"
+        failing.write_text("#!/bin/sh\necho 'Error: failed to delete session' >&2\necho '   0: <unknown>' >&2\nexit 1\n")
+        failing.chmod(0o755)
+        ctx.config["binary"] = str(failing)
     plan = agent.artifacts(ctx, parent)
     suffix = f" [child thread {child}]"
     assert any(a.startswith("~/.codex/sessions/") and parent in a and not a.endswith("]") for a in plan)
@@ -246,11 +251,13 @@ def test_purge_removes_parent_and_child_everywhere_and_nothing_else(codex, tmp_p
     removed = agent.purge(ctx, parent)
     assert agent.artifacts(ctx, parent) == []
     assert set(plan) <= set(removed)
-    if with_binary:
+    if binary == "real":
         assert removed[0] == f"codex delete --force {parent}"
         assert not any("fallback" in n for n in ctx.notes)
-    else:
+    elif binary == "missing":
         assert any("not found" in n and "fallback" in n for n in ctx.notes)
+    else:
+        assert any("failed (exit 1: Error: failed to delete session)" in n and "fallback" in n for n in ctx.notes)
     assert codex.mentions(ids) == []  # no row, no file name, no byte (the databases are compacted)
     codex.assert_intact(before, codex.snapshot(ids))  # every unrelated row, file and line intact
     assert [json.loads(x)["text"] for x in codex.lines("history.jsonl")[:-1]] == ["u1", "u2"]
@@ -273,3 +280,23 @@ def test_purge_without_any_database_or_binary(codex, tmp_path):
     agent.purge(ctx, parent)
     assert agent.artifacts(ctx, parent) == []
     assert codex.mentions({parent, child}) == []
+
+
+def test_purge_of_leftovers_only(codex, tmp_path):
+    """A TUI killed before its first prompt leaves files but no rollout and no row: no `codex delete`
+    (it would fail), the files still go."""
+    work = tmp_path / "work"
+    work.mkdir()
+    codex.configure(work)
+    tid = "01a22bb5-92c5-7ce1-af7a-2003bdb69104"
+    for rel in (f"tui-thread-reference-capabilities/{tid}", f"thread-writer-locks/{tid}.lock",
+                f"shell_snapshots/{tid}.1796029381870473660.sh"):
+        (codex.codex_home / rel).parent.mkdir(parents=True, exist_ok=True)
+        (codex.codex_home / rel).touch()
+    agent = CodexAgent()
+    ctx = ctx_for(codex, work)
+    assert not agent.exists(ctx, tid)
+    assert len(agent.artifacts(ctx, tid)) == 3
+    removed = agent.purge(ctx, tid)
+    assert len(removed) == 3 and not any("codex delete" in r for r in removed)
+    assert ctx.notes == [] and agent.artifacts(ctx, tid) == []
