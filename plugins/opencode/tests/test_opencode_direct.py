@@ -287,3 +287,69 @@ def test_unreadable_processes_fail_closed_without_proc_locks(made, spawned, fake
     monkeypatch.setattr(muxhost_opencode, "_lock_holders", lambda paths: None)
     holders = AGENT.in_use(ctx_for(oc), target)
     assert any(h.startswith(f"pid {p.pid} ") and "cannot be read" in h for h in holders), holders
+
+
+_AS_NOBODY = """
+import shutil, sqlite3, sys, tempfile, urllib.parse
+from pathlib import Path
+class MuxhostError(Exception): pass
+READ_TIMEOUT = 1.0
+{source}
+con = connect_ro(Path(sys.argv[1]))
+print(con.execute("select count(*) from session").fetchone()[0])
+con.close()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/setpriv").exists() or not Path("/usr/bin/python3").exists(),
+                    reason="needs root, setpriv and /usr/bin/python3 to read as another user")
+@pytest.mark.parametrize("with_wal", [True, False])
+def test_read_only_without_a_shm_in_a_folder_we_may_not_write(made, with_wal):
+    """Another user's database with no -shm (nobody has it open) in a folder we may not write:
+    plain mode=ro cannot create the -shm; connect_ro still reads every session (the WAL included)."""
+    import shutil
+    import tempfile
+
+    oc, _other, _target, _t0 = made
+    want = len(AGENT.family(ctx_for(oc), _other)) + len(AGENT.family(ctx_for(oc), _target))
+    tmp_path = Path(tempfile.mkdtemp(prefix="muxhost-oc-ro-"))  # pytest's own tmp dirs are private (0700)
+    try:
+        _read_as_nobody(oc, tmp_path, with_wal, want)
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def _read_as_nobody(oc, tmp_path: Path, with_wal: bool, want: int) -> None:
+    import inspect
+    import shutil
+
+    import muxhost_opencode
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    src = sqlite3.connect(str(oc.db))
+    if not with_wal:
+        src.execute("pragma wal_checkpoint(truncate)")
+    src.close()
+    shutil.copyfile(oc.db, folder / "opencode.db")
+    if with_wal:
+        shutil.copyfile(f"{oc.db}-wal", folder / "opencode.db-wal")
+        assert (folder / "opencode.db-wal").stat().st_size > 0
+    script = tmp_path / "read.py"
+    script.write_text(_AS_NOBODY.format(source=inspect.getsource(muxhost_opencode._Snapshot) + "\n"
+                                        + inspect.getsource(muxhost_opencode.connect_ro)))
+    for p in (tmp_path, folder, script, *folder.iterdir()):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    folder.chmod(0o555)
+    for parent in tmp_path.parents:
+        if parent.stat().st_mode & 0o005 != 0o005:
+            pytest.skip(f"{parent} is not readable by other users")
+    plain = subprocess.run(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
+                            "-c", "import sqlite3,sys; sqlite3.connect(f'file:{sys.argv[1]}?mode=ro', uri=True)"
+                            ".execute('select 1 from session')", str(folder / "opencode.db")], capture_output=True, text=True)
+    assert plain.returncode != 0  # what connect_ro works around
+    p = subprocess.run(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
+                        str(script), str(folder / "opencode.db")], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert int(p.stdout) == want
+    assert sorted(os.listdir(folder)) == ["opencode.db"] + (["opencode.db-wal"] if with_wal else [])
