@@ -438,3 +438,31 @@ def test_rewrites_wait_for_claudes_lock(agent, tmp_path, monkeypatch):
     assert agent.artifacts(ctx, A) == []
     assert (home / ".claude" / "history.jsonl").read_bytes() == hist_after
     assert not hlock.exists() and not glock.exists()
+
+
+def test_default_tmp_folder(agent, tmp_path):
+    """Without $CLAUDE_CODE_TMPDIR / $TMPDIR claude uses /tmp/claude-<uid>/<folder>/<id>/ (the folder name
+    comes from this test's own cwd, so nothing of anyone else's is looked at)."""
+    home, cwd = tmp_path / "home", tmp_path / "w"
+    cwd.mkdir()
+    lay_out(home, cwd, A)
+    root = Path("/tmp") / f"claude-{os.getuid()}"
+    created_root = not root.exists()
+    folder = root / project_folder_name(str(cwd))
+    try:
+        (folder / A / "tasks").mkdir(parents=True, mode=0o700)
+        (folder / A / "tasks" / "x.output").write_text("out\n")
+        (folder / B).mkdir()
+        ctx = _ctx(home, cwd)
+        assert f"{folder}/{A}/" in agent.artifacts(ctx, A)
+        agent.purge(ctx, A)
+        assert not (folder / A).exists() and (folder / B).is_dir()
+    finally:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+        if created_root:
+            try:
+                root.rmdir()  # only when empty: a claude elsewhere may have started using it meanwhile
+            except OSError:
+                pass
