@@ -164,7 +164,7 @@ class OpenCodeAgent(Agent):
     def in_use(self, ctx: AgentContext, conversation_id: str) -> list[str]:
         """Processes whose argv names the session or one of its descendants, and every process that
         has the database open (it may hold any session of it) except an ``opencode serve`` that names
-        none of them. A process whose open files cannot be read and that may hold it counts as a
+        none of them and has no client connected (a TUI attached to it, a ``run --attach``). A process whose open files cannot be read and that may hold it counts as a
         holder (fail closed)."""
         family = self.family(ctx, conversation_id)
         table = procs.ProcessTable.snapshot()
@@ -177,8 +177,14 @@ class OpenCodeAgent(Agent):
         db = self.db_path(ctx)
         if db is not None:
             for proc, why in self._db_openers(db, table):
-                if proc.pid in holders or self._is_server(proc):
+                if proc.pid in holders:
                     continue
+                if self._is_server(proc):
+                    # a background server holds a conversation only while a client talks to it
+                    busy = _server_clients(proc.pid)
+                    if busy is None:
+                        continue
+                    why = f"{why}; {busy}"
                 holders[proc.pid] = f"{proc.describe()} ({why})"
         return list(holders.values())
 
@@ -473,6 +479,24 @@ class OpenCodeAgent(Agent):
         for pid in sorted((lockers or set()) - set(table.procs) - me):
             out.append((procs.Proc(pid, 0, 0.0, "?", ()), f"holds a lock on {db}"))
         return out
+
+
+def _server_clients(pid: int) -> str | None:
+    """None when the server ``pid`` has no client connected to a port it listens on; else why it
+    may hold a conversation (its clients, or that its sockets cannot be read: fail closed)."""
+    try:
+        ps = psutil.Process(pid)
+        conns = (getattr(ps, "net_connections", None) or ps.connections)(kind="inet")
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return None
+    except (psutil.AccessDenied, OSError) as e:
+        return f"cannot tell whether clients are connected to it ({type(e).__name__})"
+    ports = {c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN and c.laddr}
+    clients = [c for c in conns if c.status == psutil.CONN_ESTABLISHED and c.laddr and c.laddr.port in ports]
+    if not clients:
+        return None
+    peers = ", ".join(f"{c.raddr.ip}:{c.raddr.port}" for c in clients[:5] if c.raddr)
+    return f"a server with {len(clients)} connected client{'s' if len(clients) != 1 else ''} ({peers})"
 
 
 # muxhost's own processes read the database for a moment (discover in `muxhost ls`); they hold nothing

@@ -240,12 +240,24 @@ def test_in_use_argv_and_database_holders(made, spawned, opencode_db):
     assert q.pid in _lock_holders([str(oc.db) + "-shm"])
 
 
-def test_a_background_server_is_not_a_holder(made, spawned):
+def test_a_background_server_is_a_holder_only_while_a_client_is_connected(made, spawned):
+    import psutil
+    import socket
+
     oc, other, target, _t0 = made
-    s = spawned([oc.binary, "serve", "--port", "0"], env=oc.env, cwd=oc.made_cwd)
+    s = spawned([oc.binary, "serve", "--port", "0"], env=dict(oc.env, PWD=oc.made_cwd), cwd=oc.made_cwd)
     wait_for(lambda: s.pid in (_lock_holders([str(oc.db), str(oc.db) + "-shm"]) or set()), timeout=30,
              what="opencode serve opening the database")
     assert AGENT.in_use(ctx_for(oc), target) == []
+    port = wait_for(lambda: next((c.laddr.port for c in psutil.Process(s.pid).net_connections(kind="inet")
+                                  if c.status == psutil.CONN_LISTEN), None), timeout=30, what="serve listening")
+    client = socket.create_connection(("127.0.0.1", port))  # what `opencode attach` keeps open
+    try:
+        holders = wait_for(lambda: AGENT.in_use(ctx_for(oc), target), what="serve with a client")
+        assert len(holders) == 1 and holders[0].startswith(f"pid {s.pid} ") and "connected client" in holders[0]
+    finally:
+        client.close()
+    wait_for(lambda: AGENT.in_use(ctx_for(oc), target) == [], what="client gone")
 
 
 def test_reads_never_wait_for_a_writer(made):
