@@ -597,9 +597,10 @@ class CodexAgent(Agent):
 
     def exists(self, ctx: AgentContext, conversation_id: str) -> bool:
         home = codex_home(ctx)
-        if rollouts(home, conversation_id):
+        # the row first: one primary-key lookup, where the rollouts would need a walk of sessions/
+        if _thread_rows(ctx, home, "where id = ?", (conversation_id,)):
             return True
-        return bool(_thread_rows(ctx, home, "where id = ?", (conversation_id,)))
+        return bool(rollouts(home, conversation_id))
 
     def family(self, ctx: AgentContext, conversation_id: str, home: Path | None = None) -> list[str]:
         """The thread and every descendant (spawned sub-agents, attached threads), parent first."""

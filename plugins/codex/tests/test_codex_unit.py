@@ -300,3 +300,35 @@ def test_purge_of_leftovers_only(codex, tmp_path):
     removed = agent.purge(ctx, tid)
     assert len(removed) == 3 and not any("codex delete" in r for r in removed)
     assert ctx.notes == [] and agent.artifacts(ctx, tid) == []
+
+
+def test_databases_under_codex_sqlite_home(codex, tmp_path):
+    """$CODEX_SQLITE_HOME moves codex's databases out of CODEX_HOME: they are read and purged there."""
+    import sqlite3
+
+    work, sq = tmp_path / "work", tmp_path / "sq"
+    work.mkdir()
+    sq.mkdir()
+    codex.env["CODEX_SQLITE_HOME"] = str(sq)
+    codex.configure(work)
+    parent = codex.exec(SPAWN, work)
+    assert not list(codex.codex_home.glob("*.sqlite")) and (sq / "state_5.sqlite").exists()
+    con = sqlite3.connect(f"file:{sq / 'state_5.sqlite'}?mode=ro", uri=True)
+    (child,) = [r[0] for r in con.execute("select child_thread_id from thread_spawn_edges")]
+    con.close()
+    agent = CodexAgent()
+    ctx = ctx_for(codex, work)
+    assert agent.exists(ctx, parent)
+    plan = agent.artifacts(ctx, parent)
+    assert f"threads:{parent}" in plan and f"threads:{child} [child thread {child}]" in plan
+    agent.purge(ctx, parent)
+    assert agent.artifacts(ctx, parent) == []
+    for db in sq.glob("*.sqlite*"):
+        assert parent.encode() not in db.read_bytes() and child.encode() not in db.read_bytes(), db
+
+
+def test_toml_fallback_reads_the_keys_we_need():
+    cfg = muxhost_codex._toml_fallback(
+        'model = "m"  # comment\nsqlite_home = "/x/y"\n[features]\ndaemon_auto_start = false\n'
+        '[projects."/a b"]\ntrust_level = "trusted"\n')
+    assert cfg["sqlite_home"] == "/x/y" and cfg["features"]["daemon_auto_start"] is False
