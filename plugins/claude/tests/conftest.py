@@ -324,11 +324,15 @@ class ClaudeWorld:
         self.work.mkdir()
         self.tmpdir = tmp_path / "ctmp"
         self.tmpdir.mkdir()
-        seed_home(self.home, [str(self.work)])
+        self.seed()
         mux.env.update(claude_env(server.url))
         mux.env["PATH"] = os.path.dirname(binary) + os.pathsep + mux.env.get("PATH", "")
         mux.env["CLAUDE_CODE_TMPDIR"] = str(self.tmpdir)
         self.config_dir = self.home / ".claude"
+
+    def seed(self, config_dir: Path | None = None) -> None:
+        """Seed HOME (or ``config_dir``, a ``CLAUDE_CONFIG_DIR``) so the TUI starts without questions."""
+        seed_home(self.home, [str(self.work)], config_dir=config_dir)
 
     def quiet_hash(self, *roots, settle: float = 1.0, timeout: float = 20.0) -> dict[str, str]:
         """A tree hash once nothing has changed for ``settle`` seconds (a running claude appends to

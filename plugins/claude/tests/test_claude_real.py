@@ -235,3 +235,35 @@ def test_in_session_resume_kill_and_gone_cwd(claude_world):
     rep = mux.ok("purge", "--agent", "claude", "--conversation", a, "--yes", "--json")
     assert rep["complete"] is True and f"~/.claude/sessions/{pid}.json" in rep["removed"], rep
     assert _paths_naming(w.home, a) == []
+
+
+def test_claude_config_dir(claude_world, tmp_path):
+    """A record launched with ``--env CLAUDE_CONFIG_DIR=…``: discover, in_use and purge look there, and
+    ``~/.claude`` is not touched."""
+    w = claude_world
+    mux = w.mux
+    cfg = tmp_path / "cfg dir"
+    w.seed(config_dir=cfg)
+    cwd = w.work / "cfgtest"
+    cwd.mkdir()
+    default_before = w.tree_hash(w.config_dir, w.home / ".claude.json")
+
+    rec = w.launch(cwd, "--env", f"CLAUDE_CONFIG_DIR={cfg}")
+    cid = rec["conversation_id"]
+    w.say(rec["pane"], f"please {MAKE_STUFF} now", "all done")
+    enc = project_folder_name(str(cwd))
+    assert (cfg / "projects" / enc / f"{cid}.jsonl").is_file()
+    assert (cfg / "sessions").is_dir() and list((cfg / "sessions").glob("*.json"))
+    r = mux.run("purge", rec["id"], "--yes", "--json")
+    assert r.rc == 4, r
+    assert mux.ok("stop", rec["id"], "--json")["outcome"] == "exit"
+    assert json.loads((cfg / ".claude.json").read_text())["projects"][str(cwd)]["lastSessionId"] == cid
+
+    plan = mux.ok("purge", rec["id"], "--dry-run", "--json")["plan"]
+    assert f"{cfg}/projects/{enc}/{cid}.jsonl" in plan
+    assert f"{cfg}/.claude.json: lastSessionId of {cwd}" in plan
+    rep = mux.ok("purge", rec["id"], "--yes", "--json")
+    assert rep["complete"] is True and sorted(rep["removed"]) == sorted(rep["plan"]), rep
+    assert _paths_naming(cfg, cid) == []
+    assert "lastSessionId" not in json.loads((cfg / ".claude.json").read_text())["projects"][str(cwd)]
+    assert w.tree_hash(w.config_dir, w.home / ".claude.json") == default_before
