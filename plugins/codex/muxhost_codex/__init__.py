@@ -482,22 +482,26 @@ class CodexAgent(Agent):
         home = home or codex_home(ctx)
         if not ctx.pids:
             return []
+        seen = self._held_by(home, ctx.pids)
+        if not seen:
+            # the host passes the whole pane tree; another caller may pass only its root
+            table = ProcessTable.snapshot()
+            tree = [p.pid for pid in ctx.pids for p in table.tree(pid) if p.pid not in ctx.pids]
+            seen = self._held_by(home, tree)
+        return sorted(seen, key=lambda t: (seen[t], t))
+
+    @staticmethod
+    def _held_by(home: Path, pids: Iterable[int]) -> dict[str, float]:
+        """{thread id: lock file ctime} for the writer locks and rollouts ``pids`` have open."""
         locks_dir = os.path.realpath(home / "thread-writer-locks")
         roll_dirs = [os.path.realpath(d) + "/" for d in _rollout_dirs(home)]
-        table = ProcessTable.snapshot()
-        pids: list[int] = []
-        for pid in ctx.pids:
-            for p in table.tree(pid) or ([table.get(pid)] if table.get(pid) else []):
-                if p.pid not in pids:
-                    pids.append(p.pid)
         seen: dict[str, float] = {}
         for pid in pids:
             try:
                 paths = _open_paths(pid)
             except (psutil.Error, OSError):
                 continue
-            for path in paths:
-                real = os.path.realpath(path)
+            for real in paths:  # the kernel's own, resolved path of each open file
                 tid = None
                 if os.path.dirname(real) == locks_dir:
                     m = _LOCK_RE.fullmatch(os.path.basename(real))
@@ -510,7 +514,7 @@ class CodexAgent(Agent):
                         seen[tid] = os.stat(real).st_ctime
                     except OSError:
                         seen[tid] = time.time()
-        return sorted(seen, key=lambda t: (seen[t], t))
+        return seen
 
     def parent_of(self, ctx: AgentContext, home: Path, tid: str) -> str | None:
         """The thread that spawned ``tid`` (spawn edge, threads.source, or the rollout's session_meta)."""
