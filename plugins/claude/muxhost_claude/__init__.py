@@ -528,6 +528,12 @@ class ClaudeAgent(muxhost.Agent):
         for d in folders:
             add_path(d / f"{cid}.jsonl")
             add_path(d / cid)
+            try:  # anything else named for it there (a temp or backup copy of the transcript)
+                extra = sorted(e for e in d.iterdir() if _names_id(e.name, cid) and e.name != "memory")
+            except OSError:
+                extra = []
+            for e in extra:
+                add_path(e)
         # per-conversation folders and files in the config dir (file-history, tasks, session-env,
         # uploads, debug, todos, …): any entry one or two levels down named for the id
         cfg = paths.config_dir

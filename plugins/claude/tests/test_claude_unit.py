@@ -46,6 +46,7 @@ def lay_out(home: Path, cwd: Path, cid: str, tmp_root: Path | None = None, confi
         folder / cid / "subagents" / "agent-a22854dd4084dde11.jsonl",
         folder / cid / "subagents" / "agent-a22854dd4084dde11.meta.json",
         folder / cid / "tool-results" / "toolu_1.txt",
+        folder / f"{cid}.jsonl.tmp",
         cfg / "file-history" / cid / "ab92b9a3e498a8c9@v2",
         cfg / "tasks" / cid / "1.json",
         cfg / "tasks" / cid / ".lock",
@@ -358,7 +359,7 @@ def test_artifacts_and_purge(agent, tmp_path):
     assert gafter == clear_last_session_id(gbefore, A)
     # B is untouched and still complete
     assert agent.exists(ctx, B)
-    assert len(agent.artifacts(ctx, B)) == 11
+    assert len(agent.artifacts(ctx, B)) == 12
 
 
 def test_purge_without_record_finds_transcript_anywhere(agent, tmp_path):
