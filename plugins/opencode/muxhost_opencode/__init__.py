@@ -21,6 +21,7 @@ Every read here goes through a read-only connection that never waits long for a 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -199,6 +200,7 @@ class OpenCodeAgent(Agent):
         family = self.family(ctx, conversation_id)
         # what the files are found by must be read before the rows go
         info = self._session_info(ctx, family)
+        self._drop_history(ctx, family)  # its lines are recognised by the rows about to go
         self._delete_with_binary(ctx, conversation_id)
         db = self.db_path(ctx)
         if db is not None and db.exists():
@@ -273,9 +275,64 @@ class OpenCodeAgent(Agent):
         items = []
         for path, sid in self._files(ctx, family):
             items.append((ctx.expand(path), sid))
-        for path, sid, n in self._log_lines(ctx, family):
+        for path, sid, n in self._log_lines(ctx, family) + self._history_lines(ctx, family):
             items.append((f"{ctx.expand(path)}: {n} line{'s' if n != 1 else ''}", sid))
         return items
+
+    # the TUI's prompt history (one JSON line per prompt typed, ``{"input": …}``) names no session:
+    # a line is the family's when its text is a user prompt of the family and of no other session
+    def history_path(self, ctx: AgentContext) -> Path:
+        return ctx.state_home() / "opencode" / "prompt-history.jsonl"
+
+    def _prompt_owners(self, ctx: AgentContext, family: list[str]) -> dict[str, str]:
+        """user prompt text -> the family session it was typed in (texts other sessions share left out)."""
+        con = self._read(ctx)
+        if con is None:
+            return {}
+        mine: dict[str, str] = {}
+        shared: set[str] = set()
+        try:
+            for sid, mdata, pdata in con.execute(
+                    "select m.session_id, m.data, p.data from part p join message m on m.id = p.message_id"
+                    " where m.data like '%\"user\"%'"):
+                text = _user_text(mdata, pdata)
+                if text is None:
+                    continue
+                if sid in family:
+                    mine.setdefault(text, sid)
+                else:
+                    shared.add(text)
+        except sqlite3.Error:
+            return {}
+        finally:
+            con.close()
+        return {t: sid for t, sid in mine.items() if t not in shared}
+
+    def _history_lines(self, ctx: AgentContext, family: list[str],
+                       owners: dict[str, str] | None = None) -> list[tuple[Path, str, int]]:
+        path = self.history_path(ctx)
+        if not path.is_file():
+            return []
+        owners = self._prompt_owners(ctx, family) if owners is None else owners
+        counts: dict[str, int] = {}
+        try:
+            with open(path, "rb") as f:
+                for line in f:
+                    sid = owners.get(_history_input(line))
+                    if sid:
+                        counts[sid] = counts.get(sid, 0) + 1
+        except OSError:
+            return []
+        return [(path, sid, counts[sid]) for sid in family if counts.get(sid)]
+
+    def _drop_history(self, ctx: AgentContext, family: list[str]) -> None:
+        owners = self._prompt_owners(ctx, family)
+        if not owners or not self.history_path(ctx).is_file():
+            return
+        try:
+            fsutil.drop_lines(self.history_path(ctx), lambda line: _history_input(line) in owners)
+        except OSError as e:
+            ctx.notes.append(f"could not rewrite {ctx.expand(self.history_path(ctx))}: {e}")
 
     def _files(self, ctx: AgentContext, family: list[str], info: dict | None = None) -> list[tuple[Path, str]]:
         data = self.data_dir(ctx)
@@ -599,6 +656,28 @@ def connect_ro(db: Path) -> sqlite3.Connection:
             raise
     except (OSError, sqlite3.Error) as e:
         raise MuxhostError(f"cannot read {db} read-only: {error}; {e}") from e
+
+
+def _user_text(message_data: str, part_data: str) -> str | None:
+    """The text of a user's text part (None for anything else)."""
+    try:
+        message, part = json.loads(message_data), json.loads(part_data)
+    except (ValueError, TypeError):
+        return None
+    if not (isinstance(message, dict) and isinstance(part, dict)) or message.get("role") != "user":
+        return None
+    if part.get("type") != "text" or part.get("synthetic") or not isinstance(part.get("text"), str):
+        return None
+    return part["text"]
+
+
+def _history_input(line: bytes) -> str | None:
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return None
+    value = entry.get("input") if isinstance(entry, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def _walk(con: sqlite3.Connection, root: str) -> list[str]:

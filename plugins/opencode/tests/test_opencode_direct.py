@@ -3,6 +3,7 @@ model), without tmux: id format, database location, discover, in_use, artifacts 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -162,6 +163,14 @@ def _purge_and_check(oc, target, other, opencode_db, **ctx_kw):
     plan = data / "plans" / f"{created}-{slug}.md"
     plan.parent.mkdir(parents=True, exist_ok=True)
     plan.write_text("# plan\n")
+    # the TUI's prompt history names no session: a line goes when its text is a prompt of the family
+    # only ("opencode run" stores its message JSON-quoted, the TUI as typed)
+    history = oc.home / ".local/state/opencode/prompt-history.jsonl"
+    history.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"input": text, "parts": [], "mode": "normal"})
+             for text in ('"MUXHOST_SPAWN target"', '"MUXHOST_SPAWN other"', "ls -la",
+                          "MUXHOST_CHILD_TASK: start another one")]
+    history.write_text("".join(line + "\n" for line in lines))
     before_other = db.counts(ofam)
     assert b"MUXHOST_SPAWN target" in _raw(oc.db)
     assert db.counts(fam)["message"] > 0 and db.counts(fam)["event"] > 0
@@ -174,6 +183,7 @@ def _purge_and_check(oc, target, other, opencode_db, **ctx_kw):
         assert f"session:{child} [child session {child}]" in plan_items
         assert f"{c.expand(diffs / (child + '.json'))} [child session {child}]" in plan_items
     assert c.expand(plan) in plan_items
+    assert f"{c.expand(history)}: 1 line" in plan_items
     assert not any(o in item for item in plan_items for o in ofam)
 
     removed = AGENT.purge(c, target)
@@ -187,6 +197,7 @@ def _purge_and_check(oc, target, other, opencode_db, **ctx_kw):
     for sid in ofam:
         assert (diffs / f"{sid}.json").exists()
     assert not plan.exists()
+    assert history.read_text() == "".join(line + "\n" for line in lines[1:])
     # the text itself is gone from the database files (no free pages or WAL frames keep it)
     assert b"MUXHOST_SPAWN target" not in _raw(oc.db)
     assert b"MUXHOST_SPAWN other" in _raw(oc.db)

@@ -129,7 +129,12 @@ def test_full_lifecycle_through_the_cli(scenario):
     assert s.db.all_counts() == all_before
 
     s.stop(rid)
+    history = mux.home / ".local/state/opencode/prompt-history.jsonl"
+    typed = f"{s.words['spawn']} please"
+    assert typed in history.read_text()
     report = mux.ok("purge", rid, "--yes", "--json")
+    assert "~/.local/state/opencode/prompt-history.jsonl: 1 line" in report["removed"], report
+    assert typed not in history.read_text()
     assert report["agent"] == "opencode" and report["conversation_id"] == root
     assert report["residual"] == [] and report["complete"] is True, report
     assert f"session:{root}" in report["removed"]
