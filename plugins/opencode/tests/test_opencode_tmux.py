@@ -92,6 +92,12 @@ def _pane_argv(mux, pane: str) -> list[str]:
     return psutil.Process(pid).cmdline()
 
 
+def test_the_plugin_is_installed_and_listed(mux):
+    agents = {a["name"]: a for a in mux.ok("plugins", "--json")["agents"]}
+    assert agents["opencode"]["package"] == "muxhost-opencode"
+    assert "opencode" in agents["opencode"]["process_names"]
+
+
 def test_full_lifecycle_through_the_cli(scenario):
     s = scenario()
     mux = s.mux
