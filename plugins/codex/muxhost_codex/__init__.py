@@ -87,13 +87,26 @@ def _abs(ctx: AgentContext, value: str) -> Path:
     return p
 
 
+_config_cache: dict[str, tuple[tuple[int, int, int], dict]] = {}
+
+
 def read_config(home: Path) -> dict:
-    """``config.toml`` as a dict ({} when missing or unreadable)."""
+    """``config.toml`` as a dict ({} when missing or unreadable); parsed again only when it changed."""
     path = home / "config.toml"
     try:
+        st = path.stat()
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        cached = _config_cache.get(str(path))
+        if cached and cached[0] == key:
+            return cached[1]
         data = path.read_bytes()
     except OSError:
         return {}
+    _config_cache[str(path)] = (key, _parse_config(data))
+    return _config_cache[str(path)][1]
+
+
+def _parse_config(data: bytes) -> dict:
     if _toml is None:
         return _toml_fallback(data.decode("utf-8", "replace"))
     try:
