@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import struct
 import time
@@ -138,8 +139,6 @@ def _describe(pid: int) -> str:
         cmd = psutil.Process(pid).cmdline()
     except psutil.Error:
         cmd = []
-    import shlex
-
     text = shlex.join(cmd) if cmd else "claude"
     return f"pid {pid} {text}"
 
@@ -171,7 +170,6 @@ class _Item:
 
     label: str
     remove: Callable[[], bool]
-    sort_key: int = 0
 
 
 @dataclass
