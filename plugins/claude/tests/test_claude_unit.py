@@ -19,8 +19,9 @@ from muxhost.errors import NotFound
 from muxhost_claude import (ClaudeAgent, clear_last_session_id, java_string_hash, project_folder_name,
                             registry_entry_live)
 
-A = "c1f2a267-b783-4fef-91ee-dbf03d63af9f"
-B = "a28d08ba-d51c-4a2d-a875-6f867ff66f1c"
+# fresh ids per run: a concurrent run of these tests (whose sleeper names its A in argv) is no holder here
+A = str(uuid.uuid4())
+B = str(uuid.uuid4())
 
 
 @pytest.fixture
