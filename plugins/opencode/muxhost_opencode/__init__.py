@@ -62,9 +62,8 @@ LSP_SERVERS = (
     "vscode-eslint-language-server", "kotlin-lsp",
 )
 
-# tables whose rows belong to one session, and the column naming it (checked against the live
-# schema: a table or column a later opencode drops is skipped, a new table with ``session_id`` is
-# picked up by _session_tables)
+# Per-session rows are found from the live schema: every table with a ``session_id`` column (a table
+# a later opencode adds is picked up, one it drops is skipped), plus these tables by ``aggregate_id``.
 _AGGREGATE_TABLES = ("event", "event_sequence")
 _SKIP_TABLES = ("session",)
 
@@ -164,9 +163,9 @@ class OpenCodeAgent(Agent):
 
     def in_use(self, ctx: AgentContext, conversation_id: str) -> list[str]:
         """Processes whose argv names the session or one of its descendants, and every process that
-        has the database open (it may hold any session of it) except an ``opencode serve`` that names
-        none of them and has no client connected (a TUI attached to it, a ``run --attach``). A process whose open files cannot be read and that may hold it counts as a
-        holder (fail closed)."""
+        has the database open (it may hold any session of it), except an ``opencode serve`` that names
+        none of them and has no client connected (an attached TUI, a ``run --attach``). A process
+        whose open files cannot be read and that may hold it counts as a holder (fail closed)."""
         family = self.family(ctx, conversation_id)
         table = procs.ProcessTable.snapshot()
         holders: dict[int, str] = {}
@@ -308,12 +307,11 @@ class OpenCodeAgent(Agent):
             con.close()
         return {t: sid for t, sid in mine.items() if t not in shared}
 
-    def _history_lines(self, ctx: AgentContext, family: list[str],
-                       owners: dict[str, str] | None = None) -> list[tuple[Path, str, int]]:
+    def _history_lines(self, ctx: AgentContext, family: list[str]) -> list[tuple[Path, str, int]]:
         path = self.history_path(ctx)
         if not path.is_file():
             return []
-        owners = self._prompt_owners(ctx, family) if owners is None else owners
+        owners = self._prompt_owners(ctx, family)
         counts: dict[str, int] = {}
         try:
             with open(path, "rb") as f:
@@ -345,7 +343,8 @@ class OpenCodeAgent(Agent):
             wanted[sid + ".json"] = sid
         if storage.is_dir():
             message_ids: dict[str, str] = {}
-            for path in _walk_names(storage, wanted, depth=3):
+            # storage/part/<message id>/<part id>.json never names a session: not walked, found below
+            for path in _walk_names(storage, wanted, depth=3, skip={storage / "part"}):
                 sid = wanted[path.name]
                 out.append((path, sid))
                 if path.is_dir() and path.parent.name == "message":
@@ -403,7 +402,7 @@ class OpenCodeAgent(Agent):
         try:
             p = subprocess.run([binary, "session", "delete", conversation_id], env=env, cwd=cwd,
                                stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                               timeout=float(ctx.config.get("delete_timeout", DELETE_TIMEOUT)))
+                               timeout=DELETE_TIMEOUT)
         except (OSError, subprocess.SubprocessError) as e:
             ctx.notes.append(f"`opencode session delete` failed ({type(e).__name__}: {e}):"
                              " removed the rows with SQL")
@@ -740,7 +739,8 @@ def _family_rows(con: sqlite3.Connection, family: list[str]) -> list[Row]:
     return [row for sid in family for row in found[sid]]
 
 
-def _walk_names(root: Path, wanted: dict[str, str], depth: int) -> list[Path]:
+def _walk_names(root: Path, wanted: dict[str, str], depth: int, skip: set[Path] = frozenset()) -> list[Path]:
+    """Entries named like one of ``wanted`` at most ``depth`` levels below ``root`` (not in ``skip``)."""
     out = []
     try:
         entries = list(os.scandir(root))
@@ -749,8 +749,8 @@ def _walk_names(root: Path, wanted: dict[str, str], depth: int) -> list[Path]:
     for entry in entries:
         if entry.name in wanted:
             out.append(Path(entry.path))
-        elif depth > 1 and entry.is_dir(follow_symlinks=False):
-            out += _walk_names(Path(entry.path), wanted, depth - 1)
+        elif depth > 1 and entry.is_dir(follow_symlinks=False) and Path(entry.path) not in skip:
+            out += _walk_names(Path(entry.path), wanted, depth - 1, skip)
     return out
 
 

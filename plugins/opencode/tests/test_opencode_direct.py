@@ -159,6 +159,16 @@ def _purge_and_check(oc, target, other, opencode_db, **ctx_kw):
     diffs.mkdir(parents=True, exist_ok=True)
     for sid in fam + ofam:
         (diffs / f"{sid}.json").write_text("[]")
+    # the JSON storage of older opencode versions: session, messages and their parts, todos
+    storage = data / "storage"
+    legacy = {}
+    for sid in (fam[1], ofam[0]):
+        mid = "msg_legacy" + sid[-8:]
+        legacy[sid] = [storage / "session" / "global" / f"{sid}.json", storage / "message" / sid / f"{mid}.json",
+                       storage / "part" / mid / "prt_legacy1.json", storage / "todo" / f"{sid}.json"]
+        for path in legacy[sid]:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("{}")
     created, slug = db.query("select time_created, slug from session where id = ?", (target,))[0]
     plan = data / "plans" / f"{created}-{slug}.md"
     plan.parent.mkdir(parents=True, exist_ok=True)
@@ -184,6 +194,8 @@ def _purge_and_check(oc, target, other, opencode_db, **ctx_kw):
         assert f"{c.expand(diffs / (child + '.json'))} [child session {child}]" in plan_items
     assert c.expand(plan) in plan_items
     assert f"{c.expand(history)}: 1 line" in plan_items
+    assert f"{c.expand(storage / 'message' / fam[1])} [child session {fam[1]}]" in plan_items
+    assert f"{c.expand(legacy[fam[1]][2].parent)} [child session {fam[1]}]" in plan_items
     assert not any(o in item for item in plan_items for o in ofam)
 
     removed = AGENT.purge(c, target)
@@ -197,6 +209,8 @@ def _purge_and_check(oc, target, other, opencode_db, **ctx_kw):
     for sid in ofam:
         assert (diffs / f"{sid}.json").exists()
     assert not plan.exists()
+    assert not any(p.exists() for p in legacy[fam[1]])
+    assert all(p.exists() for p in legacy[ofam[0]])
     assert history.read_text() == "".join(line + "\n" for line in lines[1:])
     # the text itself is gone from the database files (no free pages or WAL frames keep it)
     assert b"MUXHOST_SPAWN target" not in _raw(oc.db)
