@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -171,6 +172,10 @@ def test_scenario(claude_world):
     assert hist.read_bytes() == want_hist
     assert any(json.loads(line)["sessionId"] == other_id for line in want_hist.splitlines())
     assert gcfg.read_bytes() == clear_last_session_id(clear_last_session_id(gcfg_before, id1), id2)
+    # byte for byte: the file claude wrote, minus exactly the one member
+    member = re.compile(rb',\n[ ]*"lastSessionId": "(%s|%s)"' % (id1.encode(), id2.encode()))
+    assert len(member.findall(gcfg_before)) == 1
+    assert gcfg.read_bytes() == member.sub(b"", gcfg_before)
     assert agent.exists(w.ctx(cwd), other_id)
     assert (cwd / CREATED_FILE).exists(), "the work the agent did is not the conversation"
 
