@@ -201,17 +201,14 @@ class TmuxClient:
 
     @property
     def text(self) -> str:
-        import re
-
-        with self._lock:
-            raw = bytes(self._buf).decode("utf-8", "replace")
-        return re.sub(r"\x1b(\[[0-9;?<>=]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[()][A-Z0-9]|[=>78MNOcDEHZ])", "", raw)
+        return self.text_since(0)
 
     def mark(self) -> int:
         with self._lock:
             return len(self._buf)
 
     def text_since(self, mark: int) -> str:
+        """What the terminal was sent since ``mark``, without escape sequences."""
         import re
 
         with self._lock:

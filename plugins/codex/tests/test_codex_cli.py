@@ -15,8 +15,11 @@ READY = ("? for shortcuts", "Ask Codex to do anything")
 
 
 def wait_ready(mux, pane: str) -> str:
-    return wait_for(lambda: (lambda s: s if any(r in s for r in READY) else None)(mux.capture(pane)),
-                    timeout=30, what=f"codex ready on pane {pane}")
+    try:
+        return wait_for(lambda: (lambda s: s if any(r in s for r in READY) else None)(mux.capture(pane)),
+                        timeout=30, what=f"codex ready on pane {pane}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; the screen:\n{mux.capture(pane)}") from None
 
 
 def record(mux, rid: str, all_records: bool = True) -> dict:
@@ -181,4 +184,38 @@ def test_stop_finds_the_native_codex_after_its_wrapper_was_killed(mux, mux_codex
     report = mux.ok("purge", rid, "--yes", "--json")
     assert report["complete"] and f"~/.codex/thread-writer-locks/{cid}.lock" in report["removed"]
     assert any(x.startswith(f"~/.codex/shell_snapshots/{cid}.") for x in report["removed"])
+    assert cx.mentions({cid}) == []
+
+
+def test_purge_pane_of_a_codex_started_by_hand(mux, mux_codex, tmp_path):
+    """A codex the user started in a shell pane (no record): `purge --pane` finds it by its process
+    names (node wrapper and native), refuses while it runs, and with --stop ends it and purges;
+    the user's shell stays."""
+    cx = mux_codex
+    work = tmp_path / "work"
+    work.mkdir()
+    cx.configure(work)
+    env = {k: cx.env[k] for k in ("HOME", "CODEX_HOME", "PATH", "FAKE_API_KEY")}
+    env.update(TERM="xterm-256color", PS1="$ ")
+    args = ["new-session", "-d", "-P", "-F", "#{pane_id}", "-s", "byhand", "-x", "120", "-y", "40", "-c", str(work)]
+    for k, v in env.items():
+        args += ["-e", f"{k}={v}"]
+    (pane,) = mux.tmux(*args, "/bin/sh")
+    shell = psutil.Process(int(mux.tmux("display", "-p", "-t", pane, "#{pane_pid}")[0]))
+    print("DEBUG", args, shell.cmdline(), {k: v for k, v in shell.environ().items() if k in env})
+    mux.type(pane, "codex --no-daemon")
+    wait_ready(mux, pane)
+    prompt(mux, cx, pane, "hello by hand")
+    mux.wait_screen(pane, "fake reply")
+    cid = wait_for(lambda: [r[0] for r in cx.query("state_5.sqlite", "select id from threads")], what="a thread")[0]
+    tree = [(p.pid, p.create_time()) for p in shell.children(recursive=True)]
+    assert len(tree) == 2  # node wrapper and native codex
+
+    r = mux.run("purge", "--pane", pane, "--yes", "--json")
+    assert r.rc == 4, r
+    assert f"{cid}.lock" in r.err
+    report = mux.ok("purge", "--pane", pane, "--stop", "--yes", "--json")
+    assert report["conversation_id"] == cid and report["complete"] and report["residual"] == []
+    assert not [k for k in tree if same_process(*k)]
+    assert shell.is_running() and shell.status() != psutil.STATUS_ZOMBIE  # the user's shell is left alone
     assert cx.mentions({cid}) == []

@@ -75,10 +75,16 @@ class Row:
     session: str
 
 
+#: git: opencode's own snapshots and VCS queries run ``git`` as its direct child (in a git project, at
+#: start-up and after each step); a tool's git runs under the tool's shell and stays work
+RESIDENT_CHILDREN = ("git", *LSP_SERVERS)
+
+
 class OpenCodeAgent(Agent):
     name = "opencode"
     process_names = ("opencode", "opencode.exe")
-    resident_children = LSP_SERVERS
+    #: the TUI and its server are one process; what it starts for itself: language servers, git
+    resident_children = RESIDENT_CHILDREN
     exit_text = "/exit"
     id_pattern = ID_PATTERN
 
