@@ -71,9 +71,16 @@ class Backend(ABC):
     @abstractmethod
     def kill_session(self, session_id: str) -> None: ...
 
-    def message(self, text: str, pane_id: str | None = None) -> None:
+    def message(self, text: str, pane_id: str | None = None, client: str | None = None) -> None:
         """Show a short message to the user (tmux: display-message). Optional."""
+
+    def set_pane_option(self, pane_id: str, name: str, value: str) -> None:
+        """Attach a named value to a pane (tmux: a user option). Optional."""
 
     def location(self) -> str | None:
         """What identifies this server in a record (tmux: the socket name)."""
         return None
+
+    def where(self) -> str:
+        """This server, for messages ("socket 'agents'")."""
+        return self.name
