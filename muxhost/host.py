@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
+
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -253,7 +253,7 @@ class Host:
         cwd = os.path.abspath(os.path.expanduser(cwd or os.getcwd()))
         if not os.path.isdir(cwd):
             raise UsageError(f"--cwd {cwd}: no such directory")
-        rid = secrets.token_hex(4)
+        rid = os.urandom(4).hex()
         name = name or f"{agent.name}-{rid}"
         if not NAME_RE.fullmatch(name):
             raise UsageError(f"--name {name!r}: use letters, digits, '-' and '_' (up to 64)")
