@@ -196,13 +196,12 @@ def test_purge_pane_of_a_codex_started_by_hand(mux, mux_codex, tmp_path):
     work.mkdir()
     cx.configure(work)
     env = {k: cx.env[k] for k in ("HOME", "CODEX_HOME", "PATH", "FAKE_API_KEY")}
-    env.update(TERM="xterm-256color", PS1="$ ")
     args = ["new-session", "-d", "-P", "-F", "#{pane_id}", "-s", "byhand", "-x", "120", "-y", "40", "-c", str(work)]
     for k, v in env.items():
         args += ["-e", f"{k}={v}"]
-    (pane,) = mux.tmux(*args, "/bin/sh")
+    # tmux gives a new pane the PATH of the client that asked for it, whatever -e says: pass it with env
+    (pane,) = mux.tmux(*args, "env", f"PATH={env['PATH']}", "/bin/sh")
     shell = psutil.Process(int(mux.tmux("display", "-p", "-t", pane, "#{pane_pid}")[0]))
-    print("DEBUG", args, shell.cmdline(), {k: v for k, v in shell.environ().items() if k in env})
     mux.type(pane, "codex --no-daemon")
     wait_ready(mux, pane)
     prompt(mux, cx, pane, "hello by hand")
