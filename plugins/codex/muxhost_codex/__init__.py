@@ -212,8 +212,9 @@ def daemon_warning(ctx: AgentContext, home: Path) -> str | None:
 # read-only access
 
 
-def _ro(db: Path) -> sqlite3.Connection | None:
-    """A read-only connection that never waits long (None when the file is missing or unreadable)."""
+def _ro(db: Path, errors: list[tuple[Path, str]] | None = None) -> sqlite3.Connection | None:
+    """A read-only connection that never waits long (None when the file is missing or unreadable;
+    why it was unreadable is appended to ``errors``)."""
     if not db.is_file():
         return None
     try:
@@ -221,7 +222,9 @@ def _ro(db: Path) -> sqlite3.Connection | None:
         con.row_factory = sqlite3.Row
         con.execute("select 1 from sqlite_master limit 1").fetchall()
         return con
-    except sqlite3.Error:
+    except sqlite3.Error as e:
+        if errors is not None:
+            errors.append((db, str(e)))
         return None
 
 
@@ -699,11 +702,14 @@ class CodexAgent(Agent):
 
     # -- artifacts / purge --------------------------------------------------------------------------
 
-    def _row_counts(self, ctx: AgentContext, home: Path, tids: list[str]) -> dict[str, dict[str, int]]:
-        """{thread id: {table: rows}} over every codex database (read-only)."""
+    def _row_counts(self, ctx: AgentContext, home: Path, tids: list[str]
+                    ) -> tuple[dict[str, dict[str, int]], list[tuple[Path, str]]]:
+        """{thread id: {table: rows}} over every codex database (read-only), and the databases that
+        could not be read (with why): what cannot be read cannot be called gone."""
         counts: dict[str, dict[str, int]] = {t: {} for t in tids}
+        errors: list[tuple[Path, str]] = []
         for db in _databases(ctx, home):
-            con = _ro(db)
+            con = _ro(db, errors)
             if con is None:
                 continue
             try:
@@ -712,11 +718,11 @@ class CodexAgent(Agent):
                     for tid, n in con.execute(
                             f'select "{col}", count(*) from "{table}" where "{col}" in ({marks}) group by 1', tids):
                         counts[tid][table] = counts[tid].get(table, 0) + n
-            except sqlite3.Error:
-                continue
+            except sqlite3.Error as e:
+                errors.append((db, str(e)))
             finally:
                 con.close()
-        return counts
+        return counts, errors
 
     def _files(self, home: Path, tid: str) -> list[Path]:
         out = list(rollouts(home, tid))
@@ -751,8 +757,8 @@ class CodexAgent(Agent):
     def artifacts(self, ctx: AgentContext, conversation_id: str) -> list[str]:
         home = codex_home(ctx)
         fam = self.family(ctx, conversation_id, home)
-        counts = self._row_counts(ctx, home, fam)
-        out: list[str] = []
+        counts, errors = self._row_counts(ctx, home, fam)
+        out: list[str] = [f"{ctx.expand(db)} (could not be read: {why})" for db, why in errors]
         for tid in fam:
             suffix = "" if tid == conversation_id else f" [child thread {tid}]"
             items = [ctx.expand(p) for p in self._files(home, tid)]

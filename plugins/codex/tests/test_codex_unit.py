@@ -332,3 +332,19 @@ def test_toml_fallback_reads_the_keys_we_need():
         'model = "m"  # comment\nsqlite_home = "/x/y"\n[features]\ndaemon_auto_start = false\n'
         '[projects."/a b"]\ntrust_level = "trusted"\n')
     assert cfg["sqlite_home"] == "/x/y" and cfg["features"]["daemon_auto_start"] is False
+
+
+def test_an_unreadable_database_is_never_reported_clean(tmp_path):
+    """What cannot be read cannot be called gone: it shows in the plan and stays in the residual."""
+    home = tmp_path / "home"
+    (home / ".codex" / "tui-thread-reference-capabilities").mkdir(parents=True)
+    tid = "01a22bb5-92c5-7ce1-af7a-2003bdb69104"
+    (home / ".codex" / "tui-thread-reference-capabilities" / tid).touch()
+    (home / ".codex" / "state_5.sqlite").write_bytes(b"this is not a database" * 100)
+    agent = CodexAgent()
+    ctx = AgentContext(home=str(home), env={"PATH": "/nonexistent"}, cwd=str(tmp_path))
+    plan = agent.artifacts(ctx, tid)
+    assert any(a.startswith("~/.codex/state_5.sqlite (could not be read:") for a in plan), plan
+    agent.purge(ctx, tid)
+    residual = agent.artifacts(ctx, tid)
+    assert len(residual) == 1 and residual[0].startswith("~/.codex/state_5.sqlite (could not be read:")
