@@ -218,3 +218,25 @@ def test_purge_pane_of_a_codex_started_by_hand(mux, mux_codex, tmp_path):
     assert not [k for k in tree if same_process(*k)]
     assert shell.is_running() and shell.status() != psutil.STATUS_ZOMBIE  # the user's shell is left alone
     assert cx.mentions({cid}) == []
+
+
+def test_new_thread_in_the_same_tui_is_discovered(mux, mux_codex, tmp_path):
+    """`/new` in the TUI starts another thread; codex keeps the first one's lock and rollout open
+    too. ls follows to the new thread; the first stays in use until the TUI ends."""
+    cx = mux_codex
+    work = tmp_path / "work"
+    work.mkdir()
+    cx.configure(work)
+    rid, pane = launch(mux, work)
+    first = wait_for(lambda: record(mux, rid, all_records=False)["conversation_id"], what="the first thread")
+    prompt(mux, cx, pane, "in the first thread")
+    mux.wait_screen(pane, "fake reply")
+    mux.type(pane, "/new", pause=0.6)
+    second = wait_for(lambda: (lambda c: c if c and c != first else None)(
+        record(mux, rid, all_records=False)["conversation_id"]), timeout=20, what="ls to follow /new")
+    r = mux.run("purge", "--agent", "codex", "--conversation", first, "--yes", "--json")
+    assert r.rc == 4 and f"{first}.lock" in r.err, r
+    assert mux.ok("stop", rid, "--json")["outcome"] == "exit"
+    assert record(mux, rid)["conversation_id"] == second
+    report = mux.ok("purge", "--agent", "codex", "--conversation", first, "--yes", "--json")
+    assert report["complete"] and cx.mentions({first}) == []
