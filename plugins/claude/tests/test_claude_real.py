@@ -272,3 +272,35 @@ def test_claude_config_dir(claude_world, tmp_path):
     assert _paths_naming(cfg, cid) == []
     assert "lastSessionId" not in json.loads((cfg / ".claude.json").read_text())["projects"][str(cwd)]
     assert w.tree_hash(w.config_dir, w.home / ".claude.json") == default_before
+
+
+def test_purge_pane_of_a_claude_started_by_hand(claude_world):
+    """A claude the user typed into a shell pane (no record, no --session-id): ``purge --pane`` finds it by
+    its process name and its conversation through the live registry, refuses while it runs, and with
+    ``--stop`` ends it and purges; the shell stays."""
+    import psutil
+
+    w = claude_world
+    mux = w.mux
+    cwd = w.work / "by hand"
+    cwd.mkdir()
+    args = ["new-session", "-d", "-P", "-F", "#{pane_id}", "-s", "byhand", "-x", "120", "-y", "40", "-c", str(cwd)]
+    env = [f"{k}={v}" for k, v in sorted(w.mux.env.items()) if not k.startswith("MUXHOST_")]
+    (pane,) = mux.tmux(*args, "env", *env, "/bin/sh")
+    shell = psutil.Process(int(mux.tmux("display", "-p", "-t", pane, "#{pane_pid}")[0]))
+    mux.type(pane, "claude")
+    w.wait_ready(pane)
+    w.say(pane, "hello by hand", FAKE_REPLY)
+    (registry,) = list((w.config_dir / "sessions").glob("*.json"))
+    entry = json.loads(registry.read_text())
+    cid, pid = entry["sessionId"], entry["pid"]
+    assert psutil.Process(pid).ppid() == shell.pid
+
+    r = mux.run("purge", "--pane", pane, "--yes", "--json")
+    assert r.rc == 4 and f"pid {pid}" in r.err, r
+    rep = mux.ok("purge", "--pane", pane, "--stop", "--yes", "--json")
+    assert rep["conversation_id"] == cid and rep["complete"] is True and rep["residual"] == [], rep
+    assert f"~/.claude/projects/{project_folder_name(str(cwd))}/{cid}.jsonl" in rep["removed"]
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert shell.is_running() and shell.status() != psutil.STATUS_ZOMBIE
+    assert _paths_naming(w.home, cid) == [] and _paths_naming(w.tmpdir, cid) == []
