@@ -4,7 +4,6 @@ fake Responses server, in a private CODEX_HOME."""
 from __future__ import annotations
 
 import json
-import os
 import stat
 import subprocess
 import sys
