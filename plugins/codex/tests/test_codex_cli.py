@@ -136,6 +136,8 @@ def test_launch_prompt_subagent_stop_resume_purge(mux, mux_codex, tmp_path):
     assert report["removed"][0] == f"codex delete --force {cid}"
     assert not any("fallback" in n for n in report["notes"]), report["notes"]
     assert cx.mentions(ids) == []
+    # what was typed is gone too, from every table and file (the databases are compacted)
+    assert cx.mentions({"hello SPAWN-CHILD please", "after resume"}) == []
     cx.assert_intact(before, cx.snapshot(ids))
     assert any(str(unrelated_tui) in ln.decode() for ln in cx.lines("history.jsonl"))
     r = mux.run("purge", rid, "--yes", "--json")
