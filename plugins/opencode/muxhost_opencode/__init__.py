@@ -123,7 +123,11 @@ class OpenCodeAgent(Agent):
         """The parent session the agent is in: the newest top-level session created in its cwd since
         launch (a sub-agent's child row never counts), else the id after ``-s``/``--session`` in its
         argv, else (``-c``/``--continue``) the last updated top-level session in its cwd, else what
-        the record knew."""
+        the record knew.
+
+        Two opencode TUIs in one folder both see each other's new sessions. Where opencode's log
+        says which run created a session and which run this agent's process is (Linux), only the
+        sessions this agent created count."""
         claimed = set(ctx.claimed)
         argvs = self._argvs(ctx.pids)
         dirs = sorted({ctx.cwd, os.path.realpath(ctx.cwd)} - {""}) if ctx.cwd else []
@@ -131,10 +135,13 @@ class OpenCodeAgent(Agent):
         con = self._read(ctx) if dirs else None
         try:
             if con is not None:
-                for sid in self._roots(con, f"directory in ({marks}) and time_created >= ?"
-                                       " order by time_created desc, id desc",
-                                       (*dirs, int(ctx.launched_at * 1000))):
-                    if sid not in claimed:
+                fresh = [sid for sid in self._roots(con, f"directory in ({marks}) and time_created >= ?"
+                                                    " order by time_created desc, id desc",
+                                                    (*dirs, int(ctx.launched_at * 1000)))
+                         if sid not in claimed]
+                if fresh:
+                    sid = self._mine(ctx, fresh)
+                    if sid:
                         return sid
             for argv in argvs:
                 sid = session_from_argv(argv)
@@ -148,6 +155,66 @@ class OpenCodeAgent(Agent):
             if con is not None:
                 con.close()
         return ctx.conversation_id
+
+    def _mine(self, ctx: AgentContext, fresh: list[str]) -> str | None:
+        """The newest of ``fresh`` (new top-level sessions in the folder, newest first) that this
+        agent created. When the log cannot tell which run this agent is: the newest. When it can, a
+        session the log gives to another run is never taken; one it does not name yet (opencode
+        writes its log lazily) only while no other process has the database open."""
+        runs = self._own_runs(ctx)
+        if not runs:
+            return fresh[0]
+        creators = self._creators(ctx)
+        for sid in fresh:
+            if creators.get(sid) in runs:
+                return sid
+        unknown = [sid for sid in fresh if sid not in creators]
+        db = self.db_path(ctx)
+        if unknown and db is not None:
+            mine = set(ctx.pids)
+            others = [p for p, _why in self._db_openers(db, procs.ProcessTable.snapshot()) if p.pid not in mine]
+            if not others:
+                return unknown[0]
+        return None
+
+    # opencode's log (one file every opencode process appends to) tags each line with the process's
+    # run id, and says ``message=created id=ses_…`` when a run creates a session. On Linux the offset
+    # of a process's O_APPEND log descriptor is the end of the last line that process wrote.
+    def _own_runs(self, ctx: AgentContext) -> set[str]:
+        """The run ids of the opencode processes among ``ctx.pids`` (empty when unknown)."""
+        logdir = os.path.realpath(self.data_dir(ctx) / "log")
+        runs: set[str] = set()
+        for pid in ctx.pids:
+            try:
+                ps = psutil.Process(pid)
+                if not procs.Proc(pid, 0, 0.0, ps.name(), tuple(ps.cmdline())).matches_name(self.process_names):
+                    continue
+                files = ps.open_files()
+            except (psutil.Error, OSError):
+                continue
+            for f in files:
+                position = getattr(f, "position", None)
+                if position and os.path.dirname(f.path) == logdir and f.path.endswith(".log"):
+                    run = _run_ending_at(f.path, position)
+                    if run:
+                        runs.add(run)
+        return runs
+
+    def _creators(self, ctx: AgentContext) -> dict[str, str]:
+        """session id -> the run id that created it, from opencode's logs."""
+        out: dict[str, str] = {}
+        logs = self.data_dir(ctx) / "log"
+        for path in sorted(logs.glob("*.log")) if logs.is_dir() else ():
+            try:
+                with open(path, "rb") as f:
+                    for line in f:
+                        if b"message=created" in line:
+                            m = _CREATED_RE.search(line)
+                            if m:
+                                out.setdefault(m.group(2).decode(), m.group(1).decode())
+            except OSError:
+                continue
+        return out
 
     def _roots(self, con: sqlite3.Connection, where: str, params) -> list[str]:
         try:
@@ -661,6 +728,25 @@ def connect_ro(db: Path) -> sqlite3.Connection:
             raise
     except (OSError, sqlite3.Error) as e:
         raise MuxhostError(f"cannot read {db} read-only: {error}; {e}") from e
+
+
+_RUN_RE = re.compile(rb"(?:^| )run=([0-9A-Za-z]+)(?: |$)")
+_CREATED_RE = re.compile(rb"(?:^| )run=([0-9A-Za-z]+) message=created id=(" + ID_PATTERN.encode() + rb")(?: |$)")
+
+
+def _run_ending_at(path: str, end: int) -> str | None:
+    """The run id of the log line that ends at byte ``end`` of ``path``."""
+    try:
+        with open(path, "rb") as f:
+            start = max(0, end - 8192)
+            f.seek(start)
+            chunk = f.read(end - start)
+    except OSError:
+        return None
+    if not chunk.endswith(b"\n"):
+        return None  # not a line end: the file was rewritten since, or it is not ours to read
+    m = _RUN_RE.search(chunk[:-1].rsplit(b"\n", 1)[-1])
+    return m.group(1).decode() if m else None
 
 
 def _user_text(message_data: str, part_data: str) -> str | None:

@@ -197,3 +197,25 @@ def test_without_the_binary_the_sql_path_purges(scenario):
     s = scenario()
     report = _short_flow(s, remove_binary=True, unrelated=True)
     assert any("binary not found" in n for n in report["notes"]), report
+
+
+def test_two_agents_in_one_folder_each_get_their_own_conversation(scenario):
+    """Both TUIs see every new session of the folder; opencode's log says which process made which,
+    so the agent that has not been prompted yet never takes the other's conversation."""
+    s = scenario()
+    mux = s.mux
+    a = s.launch()
+    b = s.launch()
+    mux.type(b["pane"], "hello from b")
+    root_b = wait_for(lambda: (s.db.roots() or [None])[-1] if s.db_path.exists() else None, timeout=60,
+                      what="b's session")
+    # until opencode's log names b's process as the creator (it writes lazily), b may show none
+    wait_for(lambda: s.record(b["id"])["conversation_id"] == root_b, timeout=60, interval=0.5,
+             what="b's conversation discovered")
+    assert s.record(a["id"])["conversation_id"] is None
+    mux.type(a["pane"], "hello from a")
+    wait_for(lambda: len(s.db.roots()) == 2, timeout=60, what="a's session")
+    root_a = [r for r in s.db.roots() if r != root_b][0]
+    wait_for(lambda: s.record(a["id"])["conversation_id"] == root_a, timeout=60, interval=0.5,
+             what="a's conversation discovered")
+    assert s.record(b["id"])["conversation_id"] == root_b
