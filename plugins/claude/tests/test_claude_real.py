@@ -37,7 +37,7 @@ def _paths_naming(root: Path, *ids: str) -> list[str]:
 def test_folder_encoding_matches_the_binary(claude_world, tmp_path):
     """claude -p in odd and over-200-character cwds: the folder it makes is project_folder_name()."""
     w = claude_world
-    cwds = [w.work / "a b.c_d", w.work / ("x" * 110) / ("y.z" * 40)]
+    cwds = [w.work / "a b.c_d", w.work / "ünï😀 x", w.work / ("x" * 110) / ("y.z" * 40)]
     for cwd in cwds:
         cwd.mkdir(parents=True)
         p = subprocess.run([w.binary, "-p", "hello"], cwd=cwd, env=w.mux.env, capture_output=True, text=True,
@@ -54,7 +54,8 @@ def test_folder_encoding_matches_the_binary(claude_world, tmp_path):
         cid = transcripts[0].stem
         assert agent.exists(ctx, cid)
         assert agent.resume(ctx, cid).argv[-2:] == ["--resume", cid]
-    assert len(project_folder_name(os.path.realpath(cwds[1]))) > 200
+    assert len(project_folder_name(os.path.realpath(cwds[2]))) > 200
+    assert "----" in project_folder_name(str(cwds[1]))  # one dash per UTF-16 unit: 😀 is two
 
 
 def test_scenario(claude_world):
