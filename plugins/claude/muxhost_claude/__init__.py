@@ -577,7 +577,8 @@ class ClaudeAgent(muxhost.Agent):
             if n:
                 # claude locks the realpath of history.jsonl
                 items.append(_Item(f"{ctx.expand(hist)}: {n} line{'s' if n != 1 else ''}",
-                                   _locked(hist, lambda: fsutil.drop_lines(hist, match) > 0, os.path.realpath(hist))))
+                                   _locked(hist, lambda: fsutil.drop_lines(os.path.realpath(hist), match) > 0,
+                                           os.path.realpath(hist))))
         # lastSessionId in the global config (and, reported only, any other mention of the id)
         gc = paths.global_config
         if gc.is_file():
@@ -589,7 +590,8 @@ class ClaudeAgent(muxhost.Agent):
                 last = _last_session_projects(obj, cid)
                 for proj in last:
                     items.append(_Item(f"{ctx.expand(gc)}: lastSessionId of {proj}",
-                                       _locked(gc, lambda: fsutil.rewrite(gc, lambda b: clear_last_session_id(b, cid)))))
+                                       _locked(gc, lambda: fsutil.rewrite(os.path.realpath(gc),  # a symlinked dotfile stays a symlink
+                                                                          lambda b: clear_last_session_id(b, cid)))))
                 for ref in _json_refs(obj, cid):
                     if any(ref == f"projects[{json.dumps(p)}][\"lastSessionId\"]" for p in last):
                         continue

@@ -468,3 +468,20 @@ def test_default_tmp_folder(agent, tmp_path):
                 root.rmdir()  # only when empty: a claude elsewhere may have started using it meanwhile
             except OSError:
                 pass
+
+
+def test_symlinked_dotfiles_stay_symlinks(agent, tmp_path):
+    home, cwd, dots = tmp_path / "home", tmp_path / "w", tmp_path / "dotfiles"
+    cwd.mkdir()
+    dots.mkdir()
+    lay_out(home, cwd, A)
+    hist, hist_after = _history_bytes()
+    (dots / "history.jsonl").write_bytes(hist)
+    (dots / "claude.json").write_text(json.dumps({"projects": {str(cwd): {"lastSessionId": A, "x": 1}}}, indent=2))
+    (home / ".claude" / "history.jsonl").symlink_to(dots / "history.jsonl")
+    (home / ".claude.json").symlink_to(dots / "claude.json")
+    agent.purge(_ctx(home, cwd), A)
+    assert (home / ".claude" / "history.jsonl").is_symlink() and (home / ".claude.json").is_symlink()
+    assert (dots / "history.jsonl").read_bytes() == hist_after
+    assert json.loads((dots / "claude.json").read_text()) == {"projects": {str(cwd): {"x": 1}}}
+    assert agent.artifacts(_ctx(home, cwd), A) == []
