@@ -236,6 +236,13 @@ class Codex:
         assert m, p.stdout + p.stderr
         return m.group(1)
 
+    def queue(self, thread: str, message: str, cwd: Path) -> None:
+        """``codex queue``: a message waiting for the thread (rows in queue_1.sqlite)."""
+        p = subprocess.run([self.binary, "queue", "-c", "features.daemon_auto_start=false", "--thread", thread,
+                            "--message", message], cwd=str(cwd), env=self.env, stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, f"codex queue -> {p.returncode}\n{p.stdout}\n{p.stderr}"
+
     # -- looking at CODEX_HOME (read-only) -----------------------------------------------------
 
     def databases(self) -> list[Path]:
@@ -285,7 +292,9 @@ class Codex:
             text = value if isinstance(value, str) else (value.decode("latin-1") if isinstance(value, bytes) else "")
             return any(i in text for i in ids)
 
-        rows = {t: {r for r in rs if not any(names(v) for v in r)} for t, rs in self.rows().items()}
+        # sqlite_sequence holds AUTOINCREMENT counters: deleting (and codex's own triggers) move them on
+        rows = {t: {r for r in rs if not any(names(v) for v in r)} for t, rs in self.rows().items()
+                if not t.endswith("/sqlite_sequence")}
         files = {k: v for k, v in self.files().items()
                  if not any(i in k for i in ids) and k not in ("history.jsonl", "session_index.jsonl")
                  and not k.startswith("thread-writer-locks/")}

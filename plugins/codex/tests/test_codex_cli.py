@@ -119,6 +119,7 @@ def test_launch_prompt_subagent_stop_resume_purge(mux, mux_codex, tmp_path):
     assert mux.ok("stop", rid, "--json")["outcome"] == "exit"
 
     # purge: parent and child gone everywhere, unrelated threads intact in every table and file
+    cx.queue(cid, "queued before the purge", work)  # rows in queue_1.sqlite as well
     ids = {cid, child}
     before = cx.snapshot(ids)
     dry = mux.ok("purge", rid, "--dry-run", "--json")
@@ -135,9 +136,10 @@ def test_launch_prompt_subagent_stop_resume_purge(mux, mux_codex, tmp_path):
     assert report["complete"] is True and report["residual"] == []
     assert report["removed"][0] == f"codex delete --force {cid}"
     assert not any("fallback" in n for n in report["notes"]), report["notes"]
+    assert f"queued_items:{cid}" in report["removed"] and f"queued_thread_revisions:{cid}" in report["removed"]
     assert cx.mentions(ids) == []
     # what was typed is gone too, from every table and file (the databases are compacted)
-    assert cx.mentions({"hello SPAWN-CHILD please", "after resume"}) == []
+    assert cx.mentions({"hello SPAWN-CHILD please", "after resume", "queued before the purge"}) == []
     cx.assert_intact(before, cx.snapshot(ids))
     assert any(str(unrelated_tui) in ln.decode() for ln in cx.lines("history.jsonl"))
     r = mux.run("purge", rid, "--yes", "--json")
