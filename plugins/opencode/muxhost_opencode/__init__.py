@@ -202,16 +202,22 @@ class OpenCodeAgent(Agent):
 
     def _creators(self, ctx: AgentContext) -> dict[str, str]:
         """session id -> the run id that created it, from opencode's logs."""
-        out: dict[str, str] = {}
+        return {sid: run for sid, (run, _parent) in self._logged_sessions(ctx).items()}
+
+    def _logged_sessions(self, ctx: AgentContext) -> dict[str, tuple[str, str | None]]:
+        """session id -> (run id that created it, parent id or None), from ``message=created`` lines."""
+        out: dict[str, tuple[str, str | None]] = {}
         logs = self.data_dir(ctx) / "log"
         for path in sorted(logs.glob("*.log")) if logs.is_dir() else ():
             try:
                 with open(path, "rb") as f:
                     for line in f:
-                        if b"message=created" in line:
-                            m = _CREATED_RE.search(line)
-                            if m:
-                                out.setdefault(m.group(2).decode(), m.group(1).decode())
+                        if b"message=created" not in line:
+                            continue
+                        m = _CREATED_RE.search(line)
+                        if m and m.group(2).decode() not in out:
+                            parent = _PARENT_RE.search(line)
+                            out[m.group(2).decode()] = (m.group(1).decode(), parent.group(1).decode() if parent else None)
             except OSError:
                 continue
         return out
@@ -284,16 +290,27 @@ class OpenCodeAgent(Agent):
 
     # -- sessions ------------------------------------------------------------------------------
     def family(self, ctx: AgentContext, conversation_id: str) -> list[str]:
-        """The session and its descendants at every depth (parent first, then by depth)."""
+        """The session and its descendants at every depth (parent first, then by depth): from the
+        ``session`` rows, and from opencode's log (``created … parentID=…``), which still names the
+        children when their rows are already gone (a purge that stopped half way)."""
+        edges: dict[str, set[str]] = {}
+        for sid, (_run, parent) in self._logged_sessions(ctx).items():
+            if parent:
+                edges.setdefault(parent, set()).add(sid)
         con = self._read(ctx)
-        if con is None:
-            return [conversation_id]
-        try:
-            return _walk(con, conversation_id)
-        except sqlite3.Error:
-            return [conversation_id]
-        finally:
-            con.close()
+        if con is not None:
+            try:
+                for sid, parent in con.execute("select id, parent_id from session where parent_id is not null"):
+                    edges.setdefault(parent, set()).add(sid)
+            except sqlite3.Error:
+                pass
+            finally:
+                con.close()
+        out, frontier = [conversation_id], [conversation_id]
+        while frontier:
+            frontier = [c for p in frontier for c in sorted(edges.get(p, ())) if c not in out and self.valid_id(c)]
+            out += frontier
+        return out
 
     def _argvs(self, pids: Iterable[int]) -> list[list[str]]:
         """The argv of each opencode process among ``pids`` (the pane's tree holds tools too)."""
@@ -731,6 +748,7 @@ def connect_ro(db: Path) -> sqlite3.Connection:
 
 
 _RUN_RE = re.compile(rb"(?:^| )run=([0-9A-Za-z]+)(?: |$)")
+_PARENT_RE = re.compile(rb" parentID=(" + ID_PATTERN.encode() + rb")(?: |$)")
 _CREATED_RE = re.compile(rb"(?:^| )run=([0-9A-Za-z]+) message=created id=(" + ID_PATTERN.encode() + rb")(?: |$)")
 
 

@@ -390,3 +390,36 @@ def _read_as_nobody(oc, tmp_path: Path, with_wal: bool, want: int) -> None:
     assert p.returncode == 0, p.stderr
     assert int(p.stdout) == want
     assert sorted(os.listdir(folder)) == ["opencode.db"] + (["opencode.db-wal"] if with_wal else [])
+
+
+def test_a_purge_stopped_half_way_still_finds_the_children(made, opencode_db):
+    """`opencode session delete` removed every row (children included); what the children left on
+    disk is still found, through opencode's log (``created id=… parentID=…``), and purged."""
+    oc, other, target, _t0 = made
+    c = ctx_for(oc)
+    fam = opencode_db(oc.db).family(target)
+    log = oc.db.parent / "log" / "opencode.log"
+    # opencode writes its log lazily and `opencode run` may exit before the last lines are out: make
+    # sure the created lines are there, in opencode's own format
+    text = log.read_text()
+    with open(log, "a") as f:
+        for parent, child in zip(fam, fam[1:]):
+            if f"created id={child}" not in text:
+                f.write(f"timestamp=2026-11-30T09:02:54.452Z level=INFO run=abcd1234 message=created id={child}"
+                        f" slug=x version=1.18.33 projectID=global directory={oc.made_cwd} parentID={parent}"
+                        ' title="sub task (@general subagent)"\n')
+    diffs = oc.db.parent / "storage" / "session_diff"
+    diffs.mkdir(parents=True)
+    for sid in fam:
+        (diffs / f"{sid}.json").write_text("[]")
+    AGENT._delete_with_binary(c, target)
+    assert c.notes == []
+    assert opencode_db(oc.db).family(target) == [target]  # no rows left to walk
+    assert AGENT.family(c, target) == fam
+    items = AGENT.artifacts(c, target)
+    for child in fam[1:]:
+        assert f"{c.expand(diffs / (child + '.json'))} [child session {child}]" in items
+    AGENT.purge(c, target)
+    assert AGENT.artifacts(c, target) == []
+    assert not any((diffs / f"{sid}.json").exists() for sid in fam)
+    assert not any(sid in log.read_text() for sid in fam)
