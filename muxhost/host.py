@@ -427,12 +427,12 @@ class Host:
         if not os.path.isdir(rec.cwd):
             raise NotFound(f"cannot resume {rec.id}: its directory {rec.cwd} no longer exists")
         ctx = self.context(rec)
-        if not agent.exists(ctx, cid):
-            raise NotFound(f"conversation {cid} of agent {agent.name} no longer exists")
-        try:
+        try:  # first: a plugin may refuse with a precise reason (NotFound("… belongs to /other/cwd"))
             launch = self._checked_launch(agent, agent.resume(ctx, cid))
         except NotImplementedError as e:
             raise UsageError(str(e) or f"agent {agent.name!r} cannot resume") from None
+        if not agent.exists(ctx, cid):
+            raise NotFound(f"conversation {cid} of agent {agent.name} no longer exists")
         if launch.conversation_id is None:
             launch.conversation_id = cid
         self.store.update(rec, launched_at=time.time())

@@ -38,7 +38,7 @@ class Result:
         return json.loads(self.out)
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05, what: str = "condition") -> Any:
+def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05, what: str = "condition") -> Any:
     """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while True:
@@ -100,8 +100,10 @@ class Mux:
     def tmux(self, *args: str) -> list[str]:
         return self.server.cmd(*args).stdout
 
-    def capture(self, pane_id: str) -> str:
-        return "\n".join(self.server.cmd("capture-pane", "-p", "-J", "-t", pane_id).stdout)
+    def capture(self, pane_id: str, history: bool = False) -> str:
+        """The pane's screen (with ``history``: its scrollback too)."""
+        extra = ["-S", "-"] if history else []
+        return "\n".join(self.server.cmd("capture-pane", "-p", "-J", *extra, "-t", pane_id).stdout)
 
     def wait_screen(self, pane_id: str, text: str, timeout: float = 20.0) -> str:
         return wait_for(lambda: (lambda s: s if text in s else None)(self.capture(pane_id)),
