@@ -27,6 +27,8 @@ import pytest
 
 SPAWN_WORD = "SPAWN-CHILD"
 CHILD_TASK = "child task: reply with one word"
+GOAL_WORD = "CREATE-GOAL"
+GOAL_TEXT = "the fake goal objective"
 
 
 def _sse(event: dict) -> bytes:
@@ -125,6 +127,11 @@ class FakeResponses:
                 self.spawned.append(call_id)
             item = {"type": "function_call", "id": f"fc_{n}", "call_id": call_id, "name": "spawn_agent",
                     "namespace": "multi_agent_v1", "arguments": json.dumps({"message": CHILD_TASK})}
+            return self._events(n, item)
+        if (user_turn and last.get("type", "message") == "message" and last.get("role") == "user"
+                and GOAL_WORD in _text_of(last)):
+            item = {"type": "function_call", "id": f"fc_{n}", "call_id": f"call_goal_{n}", "name": "create_goal",
+                    "arguments": json.dumps({"objective": GOAL_TEXT})}
             return self._events(n, item)
         text = f"fake reply {n}"
         item = {"type": "message", "role": "assistant", "id": f"msg_{n}", "status": "completed",
@@ -227,9 +234,10 @@ class Codex:
         self.trusted = [str(d) for d in dirs]
         write_codex_config(self.codex_home, self.server.base_url, self.trusted, daemon=daemon)
 
-    def exec(self, prompt: str, cwd: Path, timeout: float = 60) -> str:
-        """``codex exec`` one prompt; returns the new thread id."""
-        p = subprocess.run([self.binary, "exec", "--skip-git-repo-check", prompt], cwd=str(cwd), env=self.env,
+    def exec(self, prompt: str, cwd: Path, timeout: float = 60, resume: str | None = None) -> str:
+        """``codex exec`` one prompt (in thread ``resume`` when given); returns the thread id."""
+        how = ["resume", resume] if resume else []
+        p = subprocess.run([self.binary, "exec", "--skip-git-repo-check", *how, prompt], cwd=str(cwd), env=self.env,
                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
         assert p.returncode == 0, f"codex exec -> {p.returncode}\n{p.stdout}\n{p.stderr}"
         m = re.search(r"session id: (\S+)", p.stdout + p.stderr)

@@ -212,7 +212,9 @@ def test_purge_removes_parent_and_child_everywhere_and_nothing_else(codex, tmp_p
     parent = codex.exec(SPAWN, work)
     (child,) = children_of(codex, parent)
     (unrelated_child,) = children_of(codex, unrelated)
-    codex.queue(parent, "queued for the parent", work)
+    assert codex.exec("now CREATE-GOAL", work, resume=parent) == parent  # a thread_goals row
+    assert codex.exec("and CREATE-GOAL", other, resume=unrelated) == unrelated
+    codex.queue(parent, "queued for the parent", work)  # after the resumes: a resume takes the queue
     codex.queue(unrelated, "queued for the unrelated one", other)
     ch = codex.codex_home
     # what a TUI run leaves besides what `codex exec` writes
@@ -243,6 +245,7 @@ def test_purge_removes_parent_and_child_everywhere_and_nothing_else(codex, tmp_p
     assert any(a.startswith("~/.codex/sessions/") and a.endswith(suffix) for a in plan)
     assert f"threads:{parent}" in plan and f"threads:{child}{suffix}" in plan
     assert f"queued_items:{parent}" in plan and f"queued_thread_revisions:{parent}" in plan
+    assert f"thread_goals:{parent}" in plan
     assert f"~/.codex/history.jsonl (2 lines of {parent})" in plan
     assert f"~/.codex/tui-thread-reference-capabilities/{parent}" in plan
     assert f"~/.codex/thread-writer-locks/{child}.lock{suffix}" in plan
