@@ -73,7 +73,7 @@ class Live:
         r = self.rec
         d = {
             "id": r.id, "agent": r.agent, "name": r.name, "state": self.state,
-            "conversation_id": r.conversation_id, "cwd": r.cwd,
+            "conversation_id": r.conversation_id, "conversations": list(r.conversations), "cwd": r.cwd,
             "pane": self.pane.pane_id if self.pane else None,
             "resumable": self.resumable,
             "session": (self.pane.session_name if self.pane else None),

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterator
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (
@@ -26,6 +26,7 @@ CREATE TABLE IF NOT EXISTS records (
     socket TEXT,
     state TEXT NOT NULL,
     conversation_id TEXT,
+    conversations TEXT NOT NULL DEFAULT '[]',
     cwd TEXT NOT NULL,
     home TEXT NOT NULL,
     env TEXT NOT NULL DEFAULT '{}',
@@ -45,7 +46,12 @@ CREATE INDEX IF NOT EXISTS records_name ON records(name);
 CREATE INDEX IF NOT EXISTS records_conversation ON records(agent, conversation_id);
 """
 
-_JSON_FIELDS = {"env", "argv", "pids"}
+_JSON_FIELDS = {"env", "argv", "pids", "conversations"}
+# schema version -> statements that bring the previous version up to it
+_MIGRATIONS = {
+    2: ["ALTER TABLE records ADD COLUMN conversations TEXT NOT NULL DEFAULT '[]'",
+        "UPDATE records SET conversations = json_array(conversation_id) WHERE conversation_id IS NOT NULL"],
+}
 
 
 @dataclass
@@ -60,6 +66,7 @@ class Record:
     socket: str | None = None
     state: str = "starting"          # stored: starting | running | stopped
     conversation_id: str | None = None
+    conversations: list[str] = field(default_factory=list)  # every id it has been in, oldest first
     env: dict[str, str] = field(default_factory=dict)
     argv: list[str] = field(default_factory=list)
     pane: str | None = None
@@ -122,9 +129,14 @@ class Store:
                 from muxhost.errors import MuxhostError
 
                 raise MuxhostError(f"{self.path} was written by a newer muxhost (schema {version})")
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    self.con.execute(statement)
+            if version == 0:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        self.con.execute(statement)
+            else:
+                for step in range(version + 1, SCHEMA_VERSION + 1):
+                    for statement in _MIGRATIONS[step]:
+                        self.con.execute(statement)
             self.con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def transaction(self):
@@ -142,6 +154,8 @@ class Store:
         return _Tx()
 
     def insert(self, rec: Record) -> None:
+        if rec.conversation_id and rec.conversation_id not in rec.conversations:
+            rec.conversations.append(rec.conversation_id)
         now = time.time()
         rec.created_at = rec.created_at or now
         rec.updated_at = now
@@ -152,6 +166,9 @@ class Store:
             con.execute(f"INSERT INTO records ({cols}) VALUES ({marks})", row)
 
     def update(self, rec: Record, **changes: Any) -> Record:
+        cid = changes.get("conversation_id")
+        if cid and cid not in rec.conversations:
+            changes["conversations"] = [*rec.conversations, cid]
         for k, v in changes.items():
             setattr(rec, k, v)
         rec.updated_at = time.time()

@@ -154,3 +154,4 @@ def test_discover_follows_the_conversation_the_agent_moved_to(mux, tmp_path):
     new_id = mux.capture(rec["pane"]).split("new conversation ")[1].split()[0]
     listed = mux.ok("ls", "--json")
     assert listed[0]["conversation_id"] == new_id != rec["conversation_id"]
+    assert listed[0]["conversations"] == [rec["conversation_id"], new_id]  # the record remembers both

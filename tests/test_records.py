@@ -70,3 +70,28 @@ def test_ls_asks_tmux_once_whatever_the_number_of_records(mux, tmp_path):
     assert len(listed) == 4
     calls = log.read_text().splitlines()
     assert len(calls) == 1 and "list-panes -a -F" in calls[0]
+
+
+def test_a_version_1_state_db_is_migrated_in_place(tmp_path):
+    from muxhost.store import SCHEMA_VERSION, Store
+
+    db = tmp_path / "state.db"
+    con = sqlite3.connect(db)
+    con.executescript("""
+        CREATE TABLE records (id TEXT PRIMARY KEY, name TEXT NOT NULL, agent TEXT NOT NULL,
+            backend TEXT NOT NULL DEFAULT 'tmux', socket TEXT, state TEXT NOT NULL, conversation_id TEXT,
+            cwd TEXT NOT NULL, home TEXT NOT NULL, env TEXT NOT NULL DEFAULT '{}', argv TEXT NOT NULL DEFAULT '[]',
+            pane TEXT, session TEXT, created_session INTEGER NOT NULL DEFAULT 0, pids TEXT NOT NULL DEFAULT '[]',
+            launched_at REAL NOT NULL, stopped_at REAL, outcome TEXT, seconds REAL, created_at REAL NOT NULL,
+            updated_at REAL NOT NULL);
+        INSERT INTO records (id, name, agent, state, conversation_id, cwd, home, launched_at, created_at, updated_at)
+            VALUES ('ab12', 'old', 'demo', 'stopped', 'c1', '/', '/', 1, 1, 1);
+        PRAGMA user_version = 1;
+    """)
+    con.close()
+    store = Store(db)
+    assert store.con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    rec = store.all()[0]
+    assert (rec.name, rec.conversation_id, rec.conversations) == ("old", "c1", ["c1"])
+    store.update(rec, conversation_id="c2")
+    assert Store(db).all()[0].conversations == ["c1", "c2"]
