@@ -5,7 +5,9 @@ on the newest input item of the request:
 
 - a user message containing ``SPAWN-CHILD``: a ``multi_agent_v1.spawn_agent`` tool call (a namespaced
   Responses function call), so the real codex starts a sub-agent thread;
-- anything else (including the tool call's output): an assistant message ``fake reply N``.
+- a user message containing ``CREATE-GOAL``: a ``create_goal`` tool call (a ``thread_goals`` row);
+- anything else (including a tool call's output, and the thread-title and sub-agent turns, told by
+  the ``x-codex-turn-metadata`` header): an assistant message ``fake reply N``.
 
 Every request is kept in ``server.requests`` (path, headers, JSON body).
 """
