@@ -37,7 +37,7 @@ import psutil
 import muxhost
 from muxhost import Agent, AgentContext, Launch
 from muxhost.fsutil import drop_lines, remove
-from muxhost.procs import ProcessTable, argv_holders
+from muxhost.procs import RECORD_ENV, ProcessTable, argv_holders
 
 try:  # Python 3.11+
     import tomllib as _toml
@@ -178,7 +178,7 @@ def _help_text(binary: str, base_env: dict[str, str] | None = None) -> str:
     except OSError:
         return ""
     if key not in _help_cache:
-        env = {k: v for k, v in (base_env or os.environ).items() if not k.startswith("CODEX")}
+        env = {k: v for k, v in (base_env or os.environ).items() if not k.startswith("CODEX") and k != RECORD_ENV}
         env["CODEX_HOME"] = os.path.join(os.path.dirname(real), ".muxhost-no-such-codex-home")
         try:
             p = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=20,
@@ -785,6 +785,7 @@ class CodexAgent(Agent):
         else:
             argv = [binary, "delete", "--force", *DAEMON_OFF, conversation_id]
             env = dict(ctx.env)
+            env.pop(RECORD_ENV, None)  # not one of the record's processes: a stop must not take it
             env.setdefault("HOME", str(ctx.home))
             env["CODEX_HOME"] = str(home)
             cwd = ctx.cwd if ctx.cwd and os.path.isdir(ctx.cwd) else str(home if home.is_dir() else ctx.home)
