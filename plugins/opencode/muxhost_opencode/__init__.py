@@ -12,7 +12,9 @@ Where opencode keeps a conversation ("session"):
   ``storage/message/<id>/``, ``storage/part/<message id>/``);
 - a plan file ``<data>/opencode/plans/<time_created>-<slug>.md`` (``<worktree>/.opencode/plans/…`` in
   a git project);
-- lines naming the id in ``<data>/opencode/log/*.log``.
+- lines naming the id in ``<data>/opencode/log/*.log`` (one log every opencode process appends to,
+  each line tagged with the writing process's ``run=`` id; written lazily);
+- the TUI's typed prompts in ``<state>/opencode/prompt-history.jsonl`` (no session id in them).
 
 Nothing on disk says a session is open: a process holds it when its argv names the id (``-s ID``),
 and any process that has the database open may hold any session of it (a TUI without ``-s``).
