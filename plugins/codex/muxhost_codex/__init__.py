@@ -812,12 +812,18 @@ class CodexAgent(Agent):
         ids = set(fam)
         for tid in fam:
             for path in self._files(home, tid):
-                remove(path)
+                try:
+                    remove(path)
+                except OSError as e:
+                    ctx.notes.append(f"codex: could not remove {ctx.expand(path)} ({e.strerror or e})")
         for name, key in (("history.jsonl", "session_id"), ("session_index.jsonl", "id")):
             path = home / name
             if path.exists():
-                with _flocked(home / f"{name}.lock" if name == "session_index.jsonl" else None):
-                    drop_lines(path, self._jsonl_matcher(key, ids))
+                try:
+                    with _flocked(home / f"{name}.lock" if name == "session_index.jsonl" else None):
+                        drop_lines(path, self._jsonl_matcher(key, ids))
+                except OSError as e:
+                    ctx.notes.append(f"codex: could not rewrite {ctx.expand(path)} ({e})")
         if ctx.config.get("vacuum", True):
             for db in dbs:
                 self._scrub(ctx, db)
