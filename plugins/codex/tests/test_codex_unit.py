@@ -355,3 +355,16 @@ def test_an_unreadable_database_is_never_reported_clean(tmp_path):
     agent.purge(ctx, tid)
     residual = agent.artifacts(ctx, tid)
     assert len(residual) == 1 and residual[0].startswith("~/.codex/state_5.sqlite (could not be read:")
+
+
+def test_remote_argument_is_noted(tmp_path):
+    fake = tmp_path / "codex"
+    fake.write_text("#!/bin/sh\necho '      --no-daemon'\n")
+    fake.chmod(0o755)
+    home = tmp_path / "home"
+    (home / ".codex").mkdir(parents=True)
+    (home / ".codex" / "config.toml").write_text("[features]\ndaemon_auto_start = true\n")
+    ctx = AgentContext(home=str(home), env={"PATH": str(tmp_path)}, cwd=str(tmp_path), args=["--remote", "ws://x:1"])
+    assert CodexAgent().launch(ctx).argv == [str(fake), "--no-daemon", "--remote", "ws://x:1"]
+    assert "sets features.daemon_auto_start = true" in ctx.notes[0]
+    assert "--remote" in ctx.notes[1]
