@@ -23,6 +23,7 @@ Every read here goes through a read-only connection that never waits long for a 
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -203,16 +204,21 @@ class OpenCodeAgent(Agent):
         return runs
 
     def _creators(self, ctx: AgentContext) -> dict[str, str]:
-        """session id -> the run id that created it, from opencode's logs."""
-        return {sid: run for sid, (run, _parent) in self._logged_sessions(ctx).items()}
+        """session id -> the run id that created it, for sessions logged since launch (only the
+        log's tail is read: `ls` asks this for every running agent)."""
+        since = ctx.launched_at - 60 if ctx.launched_at else None
+        return {sid: run for sid, (run, _parent) in self._logged_sessions(ctx, since).items()}
 
-    def _logged_sessions(self, ctx: AgentContext) -> dict[str, tuple[str, str | None]]:
-        """session id -> (run id that created it, parent id or None), from ``message=created`` lines."""
+    def _logged_sessions(self, ctx: AgentContext, since: float | None = None) -> dict[str, tuple[str, str | None]]:
+        """session id -> (run id that created it, parent id or None), from ``message=created`` lines
+        (of lines logged at or after ``since`` epoch seconds, roughly, when given)."""
         out: dict[str, tuple[str, str | None]] = {}
         logs = self.data_dir(ctx) / "log"
         for path in sorted(logs.glob("*.log")) if logs.is_dir() else ():
             try:
                 with open(path, "rb") as f:
+                    if since is not None:
+                        f.seek(_offset_since(f, since))
                     for line in f:
                         if b"message=created" not in line:
                             continue
@@ -752,6 +758,32 @@ def connect_ro(db: Path) -> sqlite3.Connection:
 _RUN_RE = re.compile(rb"(?:^| )run=([0-9A-Za-z]+)(?: |$)")
 _PARENT_RE = re.compile(rb" parentID=(" + ID_PATTERN.encode() + rb")(?: |$)")
 _CREATED_RE = re.compile(rb"(?:^| )run=([0-9A-Za-z]+) message=created id=(" + ID_PATTERN.encode() + rb")(?: |$)")
+
+
+_TIMESTAMP_RE = re.compile(rb"^timestamp=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
+
+
+def _offset_since(f, since: float, block: int = 1 << 20) -> int:
+    """A line start in the log ``f`` at or before the first line logged at ``since`` (epoch
+    seconds), found by stepping back from the end a block at a time; 0 when unsure."""
+    f.seek(0, os.SEEK_END)
+    pos = f.tell()
+    while pos > 0:
+        pos = max(0, pos - block)
+        f.seek(pos)
+        if pos:
+            f.readline()  # the rest of a cut line
+        start = f.tell()
+        m = _TIMESTAMP_RE.match(f.readline())
+        if m is None:
+            return 0
+        try:
+            when = datetime.datetime.strptime(m.group(1).decode(), "%Y-%m-%dT%H:%M:%S")
+        except ValueError:
+            return 0
+        if when.replace(tzinfo=datetime.timezone.utc).timestamp() < since:
+            return start
+    return 0
 
 
 def _run_ending_at(path: str, end: int) -> str | None:

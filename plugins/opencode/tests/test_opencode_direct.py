@@ -423,3 +423,21 @@ def test_a_purge_stopped_half_way_still_finds_the_children(made, opencode_db):
     assert AGENT.artifacts(c, target) == []
     assert not any((diffs / f"{sid}.json").exists() for sid in fam)
     assert not any(sid in log.read_text() for sid in fam)
+
+
+def test_only_the_log_tail_since_launch_is_read():
+    import datetime
+    import io
+
+    from muxhost_opencode import _offset_since
+
+    t0 = datetime.datetime(2026, 11, 30, 9, 0, 0, tzinfo=datetime.timezone.utc)
+    data = b"".join(f"timestamp={(t0 + datetime.timedelta(seconds=i)):%Y-%m-%dT%H:%M:%S}.000Z level=INFO"
+                    f" run=abc message=x k={i}\n".encode() for i in range(20000))
+    since = (t0 + datetime.timedelta(seconds=15000)).timestamp()
+    f = io.BytesIO(data)
+    f.seek(_offset_since(f, since, block=4096))
+    k = int(f.readline().split(b" k=")[1])
+    assert 15000 - 100 < k <= 15000
+    assert _offset_since(io.BytesIO(data), t0.timestamp() - 5, block=4096) == 0
+    assert _offset_since(io.BytesIO(b"not a log line\n" * 100), since, block=64) == 0
