@@ -46,7 +46,8 @@ class AgentContext:
     """Everything a plugin may need to know about one agent run (or a conversation without a run).
 
     ``home`` is the HOME the agent runs (or ran) with, ``env`` its whole environment, ``cwd`` its
-    working directory, ``launched_at`` epoch seconds, ``pids`` its live process ids (may be empty),
+    working directory, ``launched_at`` epoch seconds, ``pids`` its live process ids (the whole pane
+    tree, root first; may be empty),
     ``claimed`` conversation ids bound to other live records (never discover one of these),
     ``config`` this agent's mapping from config.yaml, ``args`` the extra arguments given after
     ``--`` on ``muxhost launch``, ``conversation_id`` the id the record knows so far (or None), and

@@ -140,11 +140,17 @@ def _attach_hint(live, socket: str | None) -> str:
 
 
 # -- commands -------------------------------------------------------------------------------------
+def _notes(live) -> None:
+    for note in live.notes:
+        print(f"muxhost: note: {note}", file=sys.stderr)
+
+
 def cmd_launch(host, args) -> int:
     extra = list(getattr(args, "agent_args", []))
     agent = args.agent or host.config.data.get("default_agent") or "demo"
     live = host.launch(agent, cwd=args.cwd, name=args.name, target=args.target, split=args.split,
                        home=args.home, env=args.env, args=extra)
+    _notes(live)
     if args.json:
         out_json(live.to_dict())
     else:
@@ -212,6 +218,7 @@ def cmd_stop(host, args) -> int:
 def cmd_resume(host, args) -> int:
     rec = host.resolve(args.ref)
     live = host.resume(rec, target=args.target, split=args.split)
+    _notes(live)
     if args.json:
         out_json(live.to_dict())
     else:

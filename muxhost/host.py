@@ -68,6 +68,7 @@ class Live:
     pane: PaneInfo | None
     tree: list[procs.Proc] = field(default_factory=list)
     resumable: bool = False
+    notes: list[str] = field(default_factory=list)  # the plugin's remarks (ctx.notes) at launch/resume
 
     def to_dict(self) -> dict[str, Any]:
         r = self.rec
@@ -84,6 +85,8 @@ class Live:
         }
         if r.outcome:
             d["outcome"], d["seconds"] = r.outcome, r.seconds
+        if self.notes:
+            d["notes"] = list(self.notes)
         return d
 
 
@@ -262,16 +265,20 @@ class Host:
                 raise UsageError(f"--name {name!r} is already used by record {other.id}")
         home, full_env = self.agent_env(dict(os.environ), home, agent.name, env)
         full_env[procs.RECORD_ENV] = rid
+        full_env["PWD"] = cwd  # as a shell would set it: some agents take their folder from $PWD
         cfg = self.config.agent(agent.name)
         ctx = AgentContext(home=home, env=dict(full_env), cwd=cwd, launched_at=time.time(), config=cfg,
                            args=list(cfg.get("args") or []) + list(args), record_id=rid)
         launch = self._checked_launch(agent, agent.launch(ctx))
         full_env.update(launch.env)
+        notes = list(ctx.notes)
         rec = Record(id=rid, name=name, agent=agent.name, cwd=cwd, home=home, launched_at=ctx.launched_at,
                      socket=self.socket, conversation_id=launch.conversation_id, env=full_env,
                      argv=list(launch.argv))
         self.store.insert(rec)  # `starting`: a launch killed from here on is seen as lost, never half
-        return self._start(rec, agent, launch, target=target, split=split)
+        live = self._start(rec, agent, launch, target=target, split=split)
+        live.notes = notes
+        return live
 
     def _checked_launch(self, agent: Agent, launch: Launch) -> Launch:
         if not isinstance(launch, Launch) or not launch.argv or not all(isinstance(a, str) for a in launch.argv):
@@ -437,7 +444,9 @@ class Host:
             launch.conversation_id = cid
         self.store.update(rec, launched_at=time.time())
         respawn = live.pane.pane_id if live.pane is not None and live.pane.dead and not (target or split) else None
-        return self._start(rec, agent, launch, target=target, split=split, respawn_pane=respawn)
+        started = self._start(rec, agent, launch, target=target, split=split, respawn_pane=respawn)
+        started.notes = list(ctx.notes)
+        return started
 
     # -- purge ------------------------------------------------------------------------------------
     @staticmethod

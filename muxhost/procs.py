@@ -122,10 +122,10 @@ def argv_holders(token: str, table: ProcessTable | None = None, exclude: Iterabl
     (muxhost's own processes excepted)."""
     table = table or ProcessTable.snapshot()
     mine = {os.getpid(), os.getppid()}
-    return [p.describe() for p in table.with_token(token, exclude=set(exclude) | mine) if not _is_muxhost(p)]
+    return [p.describe() for p in table.with_token(token, exclude=set(exclude) | mine) if not is_muxhost(p)]
 
 
-def _is_muxhost(p: Proc) -> bool:
+def is_muxhost(p: Proc) -> bool:
     # Our own CLI processes (`muxhost purge --conversation ID`) name the id but hold nothing; so does
     # the tmux server, whose argv is still that of the `tmux new-session … -- agent --id ID` that
     # started it.
@@ -133,6 +133,9 @@ def _is_muxhost(p: Proc) -> bool:
         return True
     args = [os.path.basename(a) for a in p.cmdline[:3]]
     return "muxhost" in args or (len(p.cmdline) > 2 and p.cmdline[1:3] == ("-m", "muxhost"))
+
+
+_is_muxhost = is_muxhost  # the earlier private name
 
 
 def same_process(pid: int, create_time: float) -> bool:

@@ -106,8 +106,16 @@ class Mux:
         return "\n".join(self.server.cmd("capture-pane", "-p", "-J", *extra, "-t", pane_id).stdout)
 
     def wait_screen(self, pane_id: str, text: str, timeout: float = 20.0) -> str:
-        return wait_for(lambda: (lambda s: s if text in s else None)(self.capture(pane_id)),
-                        timeout=timeout, what=f"{text!r} on pane {pane_id}")
+        """Poll the pane until ``text`` shows; on time-out the failure shows the last screen."""
+        try:
+            return wait_for(lambda: (lambda s: s if text in s else None)(self.capture(pane_id)),
+                            timeout=timeout, what=f"{text!r} on pane {pane_id}")
+        except AssertionError as e:
+            try:
+                screen = self.capture(pane_id, history=True)
+            except Exception as why:  # the pane may be gone
+                screen = f"(cannot capture: {why})"
+            raise AssertionError(f"{e}\n--- last screen of {pane_id} ---\n{screen.rstrip()}") from None
 
     def type(self, pane_id: str, text: str, enter: bool = True, pause: float = 0.3) -> None:
         self.server.cmd("send-keys", "-t", pane_id, "-l", text)

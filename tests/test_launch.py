@@ -78,9 +78,17 @@ def test_target_and_split_into_an_existing_session(mux):
 def test_exit_status_and_last_screen_are_kept(mux):
     mux.config.write_text("agents:\n  failing:\n    command: [sh, -c, 'sleep 0.3; echo last words; sleep 0.3; exit 3']\n")
     rec = mux.ok("launch", "failing", "--json")
-    wait_for(lambda: mux.ok("show", rec["id"], "--json")["state"] == "exited", what="exit")
-    shown = mux.ok("show", rec["id"], "--json")
-    assert shown["exit_status"] == 3
+    last = {}
+
+    def exited():
+        last.update(mux.ok("show", rec["id"], "--json"))
+        return dict(last) if last["exit_status"] is not None else None
+
+    try:
+        shown = wait_for(exited, what="tmux to see the exit")
+    except AssertionError:
+        raise AssertionError(f"{last} {mux.tmux('list-panes', '-a', '-F', '#{pane_id} #{pane_dead} #{pane_dead_status} #{@muxhost_record}')}")
+    assert shown["state"] == "exited" and shown["exit_status"] == 3
     # tmux keeps the last screen (scrolled up by its "Pane is dead" line)
     kept = "\n".join(mux.tmux("capture-pane", "-p", "-S", "-", "-t", rec["pane"]))
     assert "last words" in kept
@@ -90,3 +98,15 @@ def test_agent_arguments_after_double_dash(mux, tmp_path):
     mux.config.write_text(f"agents:\n  echo:\n    command: [{sys.executable}, -c, 'import sys,time; print(sys.argv[1:]); time.sleep(30)']\n")
     rec = mux.ok("launch", "echo", "--json", "--", "--flag", "two words")
     mux.wait_screen(rec["pane"], "['--flag', 'two words']")
+
+
+def test_pwd_path_and_plugin_notes(mux, tmp_path):
+    work = tmp_path / "w"
+    work.mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    mux.config.write_text(f"agents:\n  demo:\n    env: {{PATH: '{bin_dir}:/usr/bin:/bin'}}\n")
+    rec = mux.ok("launch", "demo", "--cwd", str(work), "--json", cwd=str(tmp_path))
+    env = _env_of(rec["pids"][0])
+    assert env["PWD"] == str(work)  # not the launcher's folder
+    assert env["PATH"] == f"{bin_dir}:/usr/bin:/bin"  # the config's PATH, though tmux prefers the client's

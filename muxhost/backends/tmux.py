@@ -140,12 +140,14 @@ class TmuxBackend(Backend):
             if q.returncode == 0:
                 names |= {ln.split("=", 1)[0] for ln in q.stdout.splitlines() if ln and not ln.startswith("-")}
         stale = sorted(n for n in names - set(env) - {"TMUX", "TMUX_PANE"} if n)
-        if not stale:
+        # tmux gives a new session the calling client's PATH whatever `-e PATH=` says
+        path = [f"PATH={env['PATH']}"] if env.get("PATH") and env.get("PATH") != os.environ.get("PATH") else []
+        if not stale and not path:
             return list(argv)
         out = [shutil.which("env") or "/usr/bin/env"]
         for n in stale:
             out += ["-u", n]
-        return out + ["--", *argv]
+        return out + ["--", *path, *argv]  # env: options, `--`, NAME=VALUE…, then the command
 
     def create(self, argv, *, cwd, env, name, target=None, split=None, options={}):
         fmt = ["-P", "-F", FORMAT]
@@ -167,7 +169,9 @@ class TmuxBackend(Backend):
             args = ["new-window", "-a", "-t", target if ":" in target else target + ":", "-c", cwd]
             restore, created = [";", "last-window"], False
         else:
-            args = ["new-session", "-d", "-s", name, "-c", cwd]
+            # detached sessions are 80x24 by default: too narrow for agents' TUIs (footers wrap);
+            # tmux resizes the window to the client when someone attaches
+            args = ["new-session", "-d", "-s", name, "-c", cwd, "-x", "200", "-y", "50"]
             created = True
         p = self._run(*args, *self._env_args(env), *fmt, "--", *cmd, *self._after(options), *restore)
         info = _parse(p.stdout.splitlines()[0]) if p.stdout.strip() else None
