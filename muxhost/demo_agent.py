@@ -36,9 +36,15 @@ def data_dir(env=os.environ) -> Path:
 
 
 def _append(path: Path, obj: dict) -> None:
+    """Append one line, under a flock on the file: a purge rewriting a shared file takes the same
+    lock, so no line of ours is lost (muxhost.fsutil.rewrite)."""
+    import fcntl
+
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
         f.write(json.dumps(obj) + "\n")
+        f.flush()
 
 
 class Demo:

@@ -31,28 +31,61 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
         raise
 
 
-def rewrite(path: str | os.PathLike, transform: Callable[[bytes], bytes], attempts: int = 5) -> bool:
-    """Rewrite ``path`` through ``transform`` atomically. If another process appends to the file
-    while we work, start again from its new content, so no concurrent write is lost.
+def _lock(f, timeout: float) -> None:
+    """An exclusive flock on the open file, waiting up to ``timeout`` seconds."""
+    import fcntl
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise OSError(f"{f.name} stayed locked by another process for {timeout:.0f}s; left as it was")
+            time.sleep(0.05)
+
+
+def rewrite(path: str | os.PathLike, transform: Callable[[bytes], bytes], attempts: int = 5,
+            lock_timeout: float = 10.0) -> bool:
+    """Rewrite a file shared with running agents through ``transform``, keeping every write of theirs.
+
+    The file is rewritten IN PLACE (a symlink stays a symlink, and a writer holding it open in append
+    mode keeps writing into the live file, not into an unlinked copy, as a rename would make it), under
+    an exclusive ``flock`` on the file itself (what agents that lock their shared files take). A writer
+    that does not lock and appends meanwhile makes us start again from the new content. A copy of the
+    original is kept beside it until the new content is on disk, so a crash midway loses nothing.
     Returns True when the file changed."""
     path = Path(path)
-    for _ in range(attempts):
-        try:
-            before = path.read_bytes()
-            st = path.stat()
-        except FileNotFoundError:
-            return False
-        after = transform(before)
-        if after == before:
-            return False
-        try:
-            now = path.stat()
-        except FileNotFoundError:
-            return False
-        if (now.st_size, now.st_mtime_ns, now.st_ino) != (st.st_size, st.st_mtime_ns, st.st_ino):
-            continue  # someone wrote meanwhile: redo from the new content
-        atomic_write(path, after)
-        return True
+    try:
+        f = open(path, "r+b")
+    except FileNotFoundError:
+        return False
+    with f:
+        _lock(f, lock_timeout)
+        for _ in range(attempts):
+            f.seek(0)
+            before = f.read()
+            after = transform(before)
+            if after == before:
+                return False
+            if os.fstat(f.fileno()).st_size != len(before):
+                continue  # someone appended meanwhile: redo from the new content
+            fd, backup = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".muxhost-backup", dir=path.parent)
+            try:
+                with os.fdopen(fd, "wb") as b:
+                    b.write(before)
+                    b.flush()
+                    os.fsync(b.fileno())
+                f.seek(0)
+                f.write(after)
+                f.truncate()
+                f.flush()
+                os.fsync(f.fileno())
+            finally:
+                os.unlink(backup)
+            return True
     raise OSError(f"{path} kept changing while it was rewritten; left as it was")
 
 

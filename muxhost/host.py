@@ -170,14 +170,20 @@ class Host:
                             record_id=rec.id, processes=table)
 
     def refresh(self, lives: list[Live], table: procs.ProcessTable | None = None) -> None:
-        """Ask each running record's plugin which conversation it is in now (discover)."""
+        """Ask each running record's plugin which conversation it is in now (discover). A
+        conversation of any other running record is claimed: never handed to this one."""
         running = [lv for lv in lives if lv.state == "running"]
+        if not running:
+            return
+        looked_at = {lv.rec.id for lv in lives}
+        others = [r for r in self.store.all() if r.id not in looked_at and r.state in ("running", "starting")]
         for lv in running:
             agent = self.registry.agents.get(lv.rec.agent)
             if agent is None:
                 continue
             claimed = {o.rec.conversation_id for o in running
                        if o is not lv and o.rec.agent == lv.rec.agent and o.rec.conversation_id}
+            claimed |= {r.conversation_id for r in others if r.agent == lv.rec.agent and r.conversation_id}
             try:
                 cid = agent.discover(self.context(lv.rec, [p.pid for p in lv.tree], claimed, table))
             except Exception:
@@ -337,16 +343,19 @@ class Host:
         def collect(table: procs.ProcessTable) -> list[procs.Proc]:
             found = list(procs.marked(rec.id, table, since=rec.launched_at))
             if agent_proc is not None:
-                found += [p for p in table.tree(agent_proc.pid) if p.pid != agent_proc.pid or p.key == agent_proc.key]
+                found += table.tree_of(agent_proc.key)
             return found
 
         def close() -> None:  # 3. kill-session when muxhost created it, else kill-pane (tmux sends SIGHUP)
             if pane is None:
                 return
             if rec.created_session and rec.session and rec.session == pane.session_id:
-                backend.kill_session(rec.session)
-            else:
-                backend.kill_pane(pane.pane_id)
+                # ... unless other panes live in that session now (`launch --target`, a user's split)
+                now = backend.snapshot() or []
+                if all(p.record == rec.id for p in now if p.session_id == rec.session):
+                    backend.kill_session(rec.session)
+                    return
+            backend.kill_pane(pane.pane_id)
 
         outcome, seconds = self._ladder(backend, pane.pane_id if pane else None, agent, agent_proc,
                                         {p.key: p for p in live.tree + collect(view.table)}, collect, close,
@@ -385,6 +394,13 @@ class Host:
             if not procs.alive(victims):
                 outcome = "exit"
         close()
+        if outcome is not None:
+            # it ended, but did it leave anything behind (a detached exit hook, a tool)? the ladder
+            # goes on for those
+            stragglers = procs.alive({p.key: p for p in collect(procs.ProcessTable.snapshot())})
+            if stragglers:
+                victims = {k: None for k in stragglers}
+                outcome = None
         if outcome is None:
             survivors = procs.wait_gone(victims, self.stop_setting("hup_grace"))
             if not survivors:
@@ -406,10 +422,8 @@ class Host:
         keys = set(survivors)
         for _ in range(10):
             table = procs.ProcessTable.snapshot()
-            for pid, ct in list(keys):
-                for p in table.tree(pid):
-                    if p.pid != pid or abs(p.create_time - ct) < 0.01:
-                        keys.add(p.key)
+            for key in list(keys):
+                keys.update(p.key for p in table.tree_of(key))
             keys.update(p.key for p in collect(table))
             for key in keys:
                 procs.signal_if_same(*key, procs.SIGKILL)
@@ -498,8 +512,12 @@ class Host:
             report.dry_run = True
             report.notes = list(ctx.notes)
             return report
-        if confirm is not None and not confirm(report):
-            raise Refused("purge cancelled")
+        if confirm is not None:
+            if not confirm(report):
+                raise Refused("purge cancelled")
+            holders = self._holders(agent, ctx, conversation_id)  # the answer may have taken minutes
+            if holders:
+                raise Refused(f"conversation {conversation_id} is in use: " + "; ".join(holders))
         reason = self.pm.hook.muxhost_purge_veto(agent=agent.name, conversation_id=conversation_id,
                                                  artifacts=list(report.plan))
         if reason is not None:
@@ -609,7 +627,7 @@ class Host:
         backend = self.backend(self.socket)
 
         def collect(table: procs.ProcessTable) -> list[procs.Proc]:
-            return [p for p in table.tree(root.pid) if p.pid != root.pid or p.key == root.key]
+            return table.tree_of(root.key)
 
         def close() -> None:
             for p in collect(procs.ProcessTable.snapshot()):

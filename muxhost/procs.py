@@ -105,6 +105,25 @@ class ProcessTable:
     def descendants(self, pid: int) -> list[Proc]:
         return self.tree(pid)[1:]
 
+    def tree_of(self, key: tuple[int, float]) -> list[Proc]:
+        """:meth:`tree` of the process ``key`` = (pid, create time), or [] when that pid is now
+        another process: the children of a reused pid are never taken for ours."""
+        root = self.get(key[0])
+        if root is None or abs(root.create_time - key[1]) > _CT_TOLERANCE:
+            return []
+        return self.tree(key[0])
+
+    def under_tmux(self, pid: int) -> bool:
+        """True when a tmux server is this process or one of its ancestors."""
+        seen = set()
+        p = self.get(pid)
+        while p is not None and p.pid not in seen and p.pid > 1:
+            if p.name.startswith("tmux"):
+                return True
+            seen.add(p.pid)
+            p = self.get(p.ppid)
+        return False
+
     def with_token(self, token: str, exclude: Iterable[int] = ()) -> list[Proc]:
         """Processes whose argv contains ``token`` as a word or inside a word (``--session=ID``)."""
         skip = set(exclude) | {os.getpid()}
@@ -184,7 +203,11 @@ def wait_gone(keys: Iterable[tuple[int, float]], timeout: float, interval: float
 def marked(record_id: str, table: ProcessTable, since: float | None = None) -> list[Proc]:
     """Processes whose environment carries ``MUXHOST_RECORD=<record_id>`` (found even after they
     called setsid or were re-parented). Only processes of our user started at or after ``since``
-    are read, to keep the scan short; ones we may not read are skipped."""
+    are read, to keep the scan short; ones we may not read are skipped.
+
+    A tmux server and everything under one are never taken by their environment: a server that a
+    tool of the agent started inherits the variable and hands it to every pane of that server. (The
+    agent's own pane is found as the pane's process tree, not here.)"""
     want = f"{record_id}"
     uid = os.getuid()
     out = []
@@ -192,6 +215,8 @@ def marked(record_id: str, table: ProcessTable, since: float | None = None) -> l
         if p.pid == os.getpid():
             continue
         if since is not None and p.create_time + 1.0 < since:
+            continue
+        if table.under_tmux(p.pid):
             continue
         try:
             proc = psutil.Process(p.pid)

@@ -52,3 +52,20 @@ def test_config_example_shows_every_key_and_is_valid():
     for key in ("socket_name", "default_agent", *config.DEFAULTS, *config.AGENT_KEYS):
         assert f"{key}:" in text, key
     assert cfg.agents["aider"]["command"] == ["aider", "--no-auto-commits"]
+
+
+def test_rewrite_keeps_a_concurrent_appenders_lines(tmp_path):
+    """A writer that holds the file open in append mode while a purge rewrites it loses nothing."""
+    from muxhost import fsutil
+
+    shared = tmp_path / "history.jsonl"
+    shared.write_bytes(b'{"conversation": "a", "n": 1}\n{"conversation": "b", "n": 1}\n')
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(shared)
+    writer = open(shared, "ab")  # another agent, still running
+    assert fsutil.drop_lines(link, lambda line: b'"a"' in line) == 1
+    writer.write(b'{"conversation": "b", "n": 2}\n')
+    writer.close()
+    assert shared.read_bytes() == b'{"conversation": "b", "n": 1}\n{"conversation": "b", "n": 2}\n'
+    assert link.is_symlink()  # rewritten in place: the link is still a link
+    assert [p.name for p in tmp_path.iterdir() if "muxhost" in p.name] == []  # no backup left behind

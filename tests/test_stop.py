@@ -96,3 +96,31 @@ def test_stop_finds_setsid_children_by_their_record_environment(mux, tmp_path):
     out = mux.ok("stop", rec["id"], "--json")
     assert out["outcome"] in ("hup", "term")
     assert not _alive(orphan)
+
+
+def test_stop_leaves_other_agents_in_the_same_session_running(mux):
+    first = mux.ok("launch", "demo", "--name", "aa", "--json")
+    second = mux.ok("launch", "demo", "--name", "bb", "--target", "aa", "--json")
+    mux.wait_screen(second["pane"], "demo>")
+    assert mux.ok("stop", "aa", "--json")["outcome"] == "exit"
+    assert _alive(second["pids"][0])
+    assert mux.ok("show", "bb", "--json")["state"] == "running"
+    assert not _alive(first["pids"][0])
+
+
+def test_a_process_started_while_exiting_is_stopped_too(mux, tmp_path):
+    """An agent that exits cleanly on its exit text but leaves a detached process behind."""
+    pidfile = tmp_path / "hook.pid"
+    script = (
+        "import subprocess, sys\n"
+        "input('hook> ')\n"
+        f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], start_new_session=True)\n"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+    )
+    mux.config.write_text(f"agents:\n  hooky:\n    command: [{sys.executable}, -c, {script!r}]\n    exit_text: bye\n")
+    rec = mux.ok("launch", "hooky", "--json")
+    mux.wait_screen(rec["pane"], "hook>")
+    out = mux.ok("stop", rec["id"], "--json")
+    hook = int(pidfile.read_text())
+    assert not _alive(hook)
+    assert out["outcome"] in ("hup", "term")  # not "exit": something had to be ended

@@ -85,7 +85,13 @@ class DemoAgent(Agent):
     @staticmethod
     def _alive(entry: dict) -> bool:
         pid, started = entry.get("pid"), entry.get("started")
-        return isinstance(pid, int) and started is not None and procs.same_process(pid, started)
+        if not isinstance(pid, int):
+            return False
+        if started is None:  # no start time to compare: if the pid runs, count it (fail closed)
+            import psutil
+
+            return psutil.pid_exists(pid)
+        return procs.same_process(pid, started)
 
     # -- the Agent API -------------------------------------------------------------------------
     def launch(self, ctx: AgentContext) -> Launch:
