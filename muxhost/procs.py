@@ -11,7 +11,6 @@ import os
 import shlex
 import signal
 import time
-from dataclasses import dataclass
 from typing import Iterable
 
 import psutil
@@ -20,13 +19,36 @@ RECORD_ENV = "MUXHOST_RECORD"
 _CT_TOLERANCE = 0.01  # seconds; create times come from clock ticks
 
 
-@dataclass(frozen=True)
 class Proc:
-    pid: int
-    ppid: int
-    create_time: float
-    name: str
-    cmdline: tuple[str, ...]
+    """One process as the snapshot saw it. ``cmdline`` is read on first use when the snapshot did
+    not read it (a process table read without command lines is half the price)."""
+
+    __slots__ = ("pid", "ppid", "create_time", "name", "_cmdline")
+
+    def __init__(self, pid: int, ppid: int, create_time: float, name: str,
+                 cmdline: tuple[str, ...] | None = None):
+        self.pid, self.ppid, self.create_time, self.name = pid, ppid, create_time, name
+        self._cmdline = None if cmdline is None else tuple(cmdline)
+
+    @property
+    def cmdline(self) -> tuple[str, ...]:
+        if self._cmdline is None:
+            try:
+                ps = psutil.Process(self.pid)
+                same = abs(ps.create_time() - self.create_time) <= _CT_TOLERANCE
+                self._cmdline = tuple(ps.cmdline()) if same else ()
+            except psutil.Error:
+                self._cmdline = ()
+        return self._cmdline
+
+    def __repr__(self) -> str:
+        return f"Proc(pid={self.pid}, ppid={self.ppid}, name={self.name!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Proc) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
 
     @property
     def key(self) -> tuple[int, float]:
@@ -57,13 +79,9 @@ class Proc:
 def _proc_from_info(info: dict) -> Proc | None:
     if info.get("pid") is None or info.get("create_time") is None:
         return None
-    return Proc(
-        pid=info["pid"],
-        ppid=info.get("ppid") or 0,
-        create_time=info["create_time"],
-        name=info.get("name") or "",
-        cmdline=tuple(info.get("cmdline") or ()),
-    )
+    cmdline = info.get("cmdline", None)
+    return Proc(info["pid"], info.get("ppid") or 0, info["create_time"], info.get("name") or "",
+                None if cmdline is None and "cmdline" not in info else tuple(cmdline or ()))
 
 
 class ProcessTable:
@@ -76,9 +94,12 @@ class ProcessTable:
             self._children.setdefault(p.ppid, []).append(p.pid)
 
     @classmethod
-    def snapshot(cls) -> "ProcessTable":
+    def snapshot(cls, cmdlines: bool = False) -> "ProcessTable":
+        """Read the process table in one pass; command lines only with ``cmdlines`` (otherwise each
+        is read when first asked for)."""
         procs: dict[int, Proc] = {}
-        for p in psutil.process_iter(["pid", "ppid", "create_time", "name", "cmdline"]):
+        attrs = ["pid", "ppid", "create_time", "name"] + (["cmdline"] if cmdlines else [])
+        for p in psutil.process_iter(attrs):
             proc = _proc_from_info(p.info)
             if proc is not None:
                 procs[proc.pid] = proc
@@ -139,7 +160,7 @@ class ProcessTable:
 def argv_holders(token: str, table: ProcessTable | None = None, exclude: Iterable[int] = ()) -> list[str]:
     """``["pid 812 claude --resume <id>", …]`` for every process whose argv names ``token``
     (muxhost's own processes excepted)."""
-    table = table or ProcessTable.snapshot()
+    table = table or ProcessTable.snapshot(cmdlines=True)
     mine = {os.getpid(), os.getppid()}
     return [p.describe() for p in table.with_token(token, exclude=set(exclude) | mine) if not is_muxhost(p)]
 

@@ -110,7 +110,10 @@ class DemoAgent(Agent):
             except (OSError, ValueError):
                 continue
             cid = entry.get("conversation")
-            if entry.get("pid") == pid and self.valid_id(cid) and cid not in ctx.claimed and self._alive(entry):
+            proc = ctx.process_table().get(pid)  # the host's snapshot: no system call per agent
+            started = entry.get("started")
+            alive = proc is not None and started is not None and abs(proc.create_time - started) < 0.01
+            if entry.get("pid") == pid and self.valid_id(cid) and cid not in ctx.claimed and alive:
                 return cid
         return ctx.conversation_id
 
