@@ -319,14 +319,11 @@ def cmd_plugins(host, args) -> int:
     if args.json:
         out_json(info)
         return 0
-    print(_table([[a["name"], a["package"], a["version"], a["plugin"]] for a in info["agents"]],
-                 ["AGENT", "PACKAGE", "VERSION", "PLUGIN"]))
+    print(_table([[a["name"], a["package"], a["version"] or "-", ", ".join(a["hooks"])] for a in info["agents"]],
+                 ["AGENT", "PACKAGE", "VERSION", "HOOKS"]))
     print()
-    print(_table([[b["name"], b["package"], b["version"], b["plugin"]] for b in info["backends"]],
-                 ["BACKEND", "PACKAGE", "VERSION", "PLUGIN"]))
-    print()
-    print(_table([[p["name"], p["package"], ", ".join(p["hooks"])] for p in info["plugins"]],
-                 ["PLUGIN", "PACKAGE", "HOOKS"]))
+    print(_table([[b["name"], b["package"], b["version"] or "-", ", ".join(b["hooks"])] for b in info["backends"]],
+                 ["BACKEND", "PACKAGE", "VERSION", "HOOKS"]))
     return 0
 
 

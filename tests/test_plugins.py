@@ -123,6 +123,7 @@ def test_a_third_party_plugin_is_listed_launched_stopped_and_purged(mux, site):
     info = mux.ok("plugins", "--json", env=env)
     echoer = next(a for a in info["agents"] if a["name"] == "echoer")
     assert (echoer["package"], echoer["version"]) == ("muxhost-echoer", "0.3.1")
+    assert echoer["hooks"] == ["muxhost_purge_veto", "muxhost_register_agents"]
     plugin = next(p for p in info["plugins"] if p["name"] == "muxhost_echoer")
     assert plugin["hooks"] == ["muxhost_purge_veto", "muxhost_register_agents"]
     assert {b["name"] for b in info["backends"]} == {"tmux"}

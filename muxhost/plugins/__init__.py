@@ -149,15 +149,19 @@ class Registry:
             raise UsageError(f"unknown agent {name!r} (known: {known})") from None
 
     def describe(self) -> dict[str, Any]:
-        """What ``muxhost plugins --json`` prints."""
+        """What ``muxhost plugins --json`` prints: each agent and backend with the package, version
+        and hooks of the plugin that registered it, and every plugin."""
         plugins = []
+        hooks_of: dict[str, list[str]] = {}
         for plugin in self.pm.get_plugins():
             src = _source(self.pm, plugin)
             hooks = sorted(h.name for h in self.pm.get_hookcallers(plugin) or [])
+            hooks_of[src.plugin] = hooks
             plugins.append({"name": src.plugin, "package": src.package, "version": src.version, "hooks": hooks})
         agents = [{"name": n, "package": s.package, "version": s.version, "plugin": s.plugin,
-                   "process_names": list(self.agents[n].process_names)}
+                   "hooks": hooks_of.get(s.plugin, []), "process_names": list(self.agents[n].process_names)}
                   for n, s in sorted(self.agent_sources.items())]
-        backends = [{"name": n, "package": s.package, "version": s.version, "plugin": s.plugin}
+        backends = [{"name": n, "package": s.package, "version": s.version, "plugin": s.plugin,
+                     "hooks": hooks_of.get(s.plugin, [])}
                     for n, s in sorted(self.backend_sources.items())]
         return {"agents": agents, "backends": backends, "plugins": sorted(plugins, key=lambda p: p["name"])}
