@@ -122,3 +122,27 @@ def remove(path: str | os.PathLike) -> bool:
         os.unlink(path)
         return True
     return False
+
+
+def compact_sqlite(db: str | os.PathLike, timeout: float = 5.0) -> str | None:
+    """After deleting rows: checkpoint the WAL, VACUUM, and truncate the WAL, so the deleted text is
+    gone from the file's bytes too (SQLite leaves it in free pages and in the WAL). Returns None when
+    done, else one line saying what may linger (for ``ctx.notes``)."""
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(str(db), timeout=timeout, isolation_level=None)
+    except sqlite3.Error as e:
+        return f"could not open it to compact it ({e}): deleted text may remain in free pages"
+    try:
+        con.execute(f"pragma busy_timeout = {int(timeout * 1000)}")
+        con.execute("pragma wal_checkpoint(truncate)").fetchall()
+        con.execute("vacuum")
+        busy = con.execute("pragma wal_checkpoint(truncate)").fetchone()
+        if busy and busy[0]:
+            return "the WAL could not be emptied (a reader was busy): deleted text may stay in it until the agent checkpoints"
+        return None
+    except sqlite3.Error as e:
+        return f"was not compacted ({e}): deleted text may remain in free pages"
+    finally:
+        con.close()

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pluggy
 
 if TYPE_CHECKING:
-    from muxhost.agent import Agent, PurgeReport
+    from muxhost.agent import Agent
 
 hookspec = pluggy.HookspecMarker("muxhost")
 

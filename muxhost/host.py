@@ -17,7 +17,7 @@ from muxhost import procs
 from muxhost.agent import Agent, AgentContext, Launch, PurgeReport
 from muxhost.backends import AGENT_OPTION, RECORD_OPTION, Backend, PaneInfo
 from muxhost.config import Config
-from muxhost.errors import MuxhostError, NotFound, PurgeIncomplete, Refused, UsageError
+from muxhost.errors import MuxhostError, NotFound, Refused, UsageError
 from muxhost.store import Record, Store
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")

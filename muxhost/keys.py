@@ -12,7 +12,6 @@ The printed tmux lines do three things, all inside the key's own tmux command qu
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 from pathlib import Path

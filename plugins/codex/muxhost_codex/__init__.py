@@ -839,23 +839,11 @@ class CodexAgent(Agent):
     def _scrub(ctx: AgentContext, db: Path) -> None:
         """Deleted rows stay readable in free pages and in the WAL until SQLite reuses them:
         checkpoint the WAL and VACUUM, so the thread's text is gone from the file too."""
-        try:
-            con = sqlite3.connect(str(db), timeout=_RW_TIMEOUT, isolation_level=None)
-        except sqlite3.Error as e:
-            ctx.notes.append(f"codex: could not open {ctx.expand(db)} to compact it ({e})")
-            return
-        try:
-            con.execute("pragma wal_checkpoint(TRUNCATE)").fetchall()
-            con.execute("vacuum")
-            busy = con.execute("pragma wal_checkpoint(TRUNCATE)").fetchone()
-            if busy and busy[0]:
-                ctx.notes.append(f"codex: {ctx.expand(db)}: a reader kept the WAL from being truncated; "
-                                 "deleted pages may linger there until codex checkpoints it")
-        except sqlite3.Error as e:
-            ctx.notes.append(f"codex: could not VACUUM {ctx.expand(db)} ({e}); deleted rows' bytes may "
-                             "linger in free pages until SQLite reuses them")
-        finally:
-            con.close()
+        from muxhost.fsutil import compact_sqlite
+
+        problem = compact_sqlite(db, timeout=_RW_TIMEOUT)
+        if problem:
+            ctx.notes.append(f"codex: {ctx.expand(db)}: {problem}")
 
     def _sql_sweep(self, ctx: AgentContext, home: Path, tids: list[str]) -> set[str]:
         """Delete every row naming one of ``tids``: one read-write transaction per database.

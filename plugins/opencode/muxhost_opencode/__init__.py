@@ -544,19 +544,9 @@ class OpenCodeAgent(Agent):
     def _compact(ctx: AgentContext, db: Path) -> None:
         """Deleted rows leave their bytes in free pages and in the WAL (``opencode session delete``
         does not zero them): checkpoint, VACUUM, and truncate the WAL, so the text is gone from disk."""
-        con = sqlite3.connect(str(db), timeout=WRITE_TIMEOUT, isolation_level=None)
-        try:
-            con.execute(f"pragma busy_timeout = {int(WRITE_TIMEOUT * 1000)}")
-            con.execute("pragma wal_checkpoint(truncate)").fetchall()
-            con.execute("vacuum")
-            busy = con.execute("pragma wal_checkpoint(truncate)").fetchone()
-            if busy and busy[0]:
-                ctx.notes.append(f"{ctx.expand(db)}: the WAL could not be emptied (a reader was busy);"
-                                 " deleted text may stay in it until opencode checkpoints")
-        except sqlite3.Error as e:
-            ctx.notes.append(f"{ctx.expand(db)} was not compacted ({e}): deleted text may remain in free pages")
-        finally:
-            con.close()
+        problem = fsutil.compact_sqlite(db, timeout=WRITE_TIMEOUT)
+        if problem:
+            ctx.notes.append(f"{ctx.expand(db)}: {problem}")
 
     def _delete_files(self, ctx: AgentContext, family: list[str], info: dict) -> None:
         for path, _sid in self._files(ctx, family, info):
