@@ -257,19 +257,29 @@ class ClaudePaths:
                     return p
         return None
 
-    def registry(self) -> list[tuple[Path, dict]]:
+    def registry(self, unreadable: list[Path] | None = None) -> list[tuple[Path, dict]]:
+        """The live registry entries; files that cannot be read (caught half-written, say) are
+        read once more and then listed in ``unreadable``."""
         out = []
         try:
             files = sorted(self.sessions.glob("*.json"))
         except OSError:
             return out
         for f in files:
-            try:
-                data = json.loads(f.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
+            data = None
+            for attempt in range(2):
+                try:
+                    data = json.loads(f.read_text(encoding="utf-8"))
+                    break
+                except FileNotFoundError:
+                    break
+                except (OSError, ValueError):
+                    if attempt == 0:
+                        time.sleep(0.05)
             if isinstance(data, dict):
                 out.append((f, data))
+            elif unreadable is not None and f.exists():
+                unreadable.append(f)
         return out
 
 
@@ -490,7 +500,8 @@ class ClaudeAgent(muxhost.Agent):
         from muxhost.procs import argv_holders
 
         holders: dict[int, str] = {}
-        for f, entry in self.paths(ctx).registry():
+        unreadable: list[Path] = []
+        for f, entry in self.paths(ctx).registry(unreadable):
             if entry.get("sessionId") != conversation_id:
                 continue
             try:
@@ -499,6 +510,9 @@ class ClaudeAgent(muxhost.Agent):
                 continue
             if registry_entry_live(entry, pid):
                 holders[pid] = _describe(pid)
+        for f in unreadable:  # fail closed: a running claude whose registry we cannot read may hold it
+            if f.stem.isdigit() and psutil.pid_exists(int(f.stem)):
+                holders.setdefault(int(f.stem), _describe(int(f.stem)) + f" (its registry {ctx.expand(f)} cannot be read)")
         for pid in _env_holders(conversation_id):
             holders.setdefault(pid, _describe(pid) + " (a tool process of the conversation)")
         for line in argv_holders(conversation_id):

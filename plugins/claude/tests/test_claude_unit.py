@@ -241,6 +241,18 @@ def test_in_use_stale_registry_does_not_count(agent, tmp_path):
     assert agent.in_use(_ctx(home, tmp_path), B) == []
 
 
+def test_in_use_fails_closed_on_an_unreadable_registry_of_a_live_pid(agent, tmp_path, sleeper):
+    home = tmp_path / "home"
+    f = _registry(home, sleeper.pid, B)
+    f.write_text('{"pid": %d, "sessionId": "%s", "cw' % (sleeper.pid, B[:8]))  # caught half-written
+    held = agent.in_use(_ctx(home, tmp_path), B)
+    assert any(h.startswith(f"pid {sleeper.pid} ") and "cannot be read" in h for h in held)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    f.rename(f.with_name(f"{dead.pid}.json"))  # the same garbage of a dead pid: stale, not a holder
+    assert not any("cannot be read" in h for h in agent.in_use(_ctx(home, tmp_path), B))
+
+
 # --------------------------------------------------------------------------------------------------
 # artifacts and purge
 
