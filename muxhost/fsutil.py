@@ -1,4 +1,5 @@
-"""File helpers for purges: atomic rewrites that keep every other byte, careful removal."""
+"""File helpers for purges: in-place rewrites that keep every other byte, careful removal,
+SQLite compaction."""
 
 from __future__ import annotations
 
@@ -7,28 +8,6 @@ import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable
-
-
-def atomic_write(path: str | os.PathLike, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically (temp file in the same folder, fsync, rename),
-    keeping the file's mode."""
-    path = Path(path)
-    st = path.stat() if path.exists() else None
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".muxhost-tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if st is not None:
-            os.chmod(tmp, st.st_mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def _lock(f, timeout: float) -> None:

@@ -121,9 +121,6 @@ class Host:
             self._backends[key] = factory(socket, self.config)
         return self._backends[key]
 
-    def hook(self):
-        return self.pm.hook
-
     def stop_setting(self, key: str) -> float:
         return self.config.stop(key)
 
@@ -169,14 +166,16 @@ class Host:
                             args=list(cfg.get("args") or []), conversation_id=rec.conversation_id,
                             record_id=rec.id, processes=table)
 
-    def refresh(self, lives: list[Live], table: procs.ProcessTable | None = None) -> None:
+    def refresh(self, lives: list[Live], table: procs.ProcessTable | None = None,
+                records: list[Record] | None = None) -> None:
         """Ask each running record's plugin which conversation it is in now (discover). A
         conversation of any other running record is claimed: never handed to this one."""
         running = [lv for lv in lives if lv.state == "running"]
         if not running:
             return
         looked_at = {lv.rec.id for lv in lives}
-        others = [r for r in self.store.all() if r.id not in looked_at and r.state in ("running", "starting")]
+        others = [r for r in (self.store.all() if records is None else records)
+                  if r.id not in looked_at and r.state in ("running", "starting")]
         for lv in running:
             agent = self.registry.agents.get(lv.rec.agent)
             if agent is None:
@@ -195,12 +194,9 @@ class Host:
         records = self.store.all()
         view = self.view(records)
         lives = [self.live(r, view, check_resumable=False) for r in records]
-        self.refresh(lives, view.table)
+        self.refresh(lives, view.table, records)
         for lv in lives:
-            if lv.rec.conversation_id and lv.state != "running":
-                lv.resumable = self._resumable(self.registry.agents.get(lv.rec.agent), lv.rec)
-            elif lv.state == "running":
-                lv.resumable = self._resumable(self.registry.agents.get(lv.rec.agent), lv.rec)
+            lv.resumable = self._resumable(self.registry.agents.get(lv.rec.agent), lv.rec)
         if not all_records:
             lives = [lv for lv in lives if lv.state in ("running", "exited", "starting")]
         return lives
@@ -487,15 +483,13 @@ class Host:
             if conversation_id is None:
                 raise UsageError("purge needs a REF, or --agent and --conversation")
         self.check_id(agent, conversation_id)
-        if rec is None and ctx is None:
-            rec = self._record_for(agent.name, conversation_id)
-        if ctx is not None:
-            pass  # the caller knows the agent's context (a hand-started agent in a pane)
-        elif rec is not None:
-            ctx = self.context(rec)
-        else:
-            h, env = self.agent_env(dict(os.environ), home, agent.name)
-            ctx = AgentContext(home=h, env=env, cwd=os.getcwd(), config=self.config.agent(agent.name))
+        if ctx is None:  # (a caller that found a hand-started agent in a pane passes its context)
+            rec = rec or self._record_for(agent.name, conversation_id)
+            if rec is not None:
+                ctx = self.context(rec)
+            else:
+                h, env = self.agent_env(dict(os.environ), home, agent.name)
+                ctx = AgentContext(home=h, env=env, cwd=os.getcwd(), config=self.config.agent(agent.name))
 
         if stop and not dry_run and rec is not None:
             live = self.live(rec, self.view([rec]), agent, check_resumable=False)
@@ -570,7 +564,7 @@ class Host:
         rec = next((r for r in reversed(records) if r.socket == self.socket and pane.record == r.id), None)
         if rec is not None:
             lv = running[rec.id]
-            self.refresh([lv])
+            self.refresh([lv], view.table, records)
             agent = self.registry.agent(rec.agent)
             return Located(pane, agent, rec, None, self.context(rec, [p.pid for p in lv.tree]), rec.conversation_id)
         if pane.dead:
@@ -599,7 +593,7 @@ class Host:
                 for agent in self.registry.agents.values():
                     if p.matches_name(agent.process_names):
                         return agent, p
-            level = [c for p in level for c in (table.get(pid) for pid in table._children.get(p.pid, ())) if c]
+            level = [c for p in level for c in table.children(p.pid)]
         return None
 
     def _process_context(self, agent: Agent, proc: procs.Proc, table: procs.ProcessTable,

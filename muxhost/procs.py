@@ -123,8 +123,8 @@ class ProcessTable:
             stack.extend(self._children.get(cur, ()))
         return out
 
-    def descendants(self, pid: int) -> list[Proc]:
-        return self.tree(pid)[1:]
+    def children(self, pid: int) -> list[Proc]:
+        return [self.procs[c] for c in self._children.get(pid, ()) if c in self.procs]
 
     def tree_of(self, key: tuple[int, float]) -> list[Proc]:
         """:meth:`tree` of the process ``key`` = (pid, create time), or [] when that pid is now
@@ -173,9 +173,6 @@ def is_muxhost(p: Proc) -> bool:
         return True
     args = [os.path.basename(a) for a in p.cmdline[:3]]
     return "muxhost" in args or (len(p.cmdline) > 2 and p.cmdline[1:3] == ("-m", "muxhost"))
-
-
-_is_muxhost = is_muxhost  # the earlier private name
 
 
 def same_process(pid: int, create_time: float) -> bool:

@@ -7,7 +7,8 @@ Fixtures:
   ``muxhost`` CLI in a subprocess with that environment. At teardown every process of every record
   of this test is ended (by pid, after checking its create time): nothing a test started survives.
 
-Helpers: :func:`wait_for`, :func:`agent_binary` (a real agent CLI, or fail in CI / skip elsewhere).
+Helpers: :func:`wait_for`, :func:`tree_hash` (prove "byte for byte"), :func:`agent_binary` (a real
+agent CLI, or fail in CI / skip elsewhere), :class:`TmuxClient` (a real attached client in a pty).
 """
 
 from __future__ import annotations
@@ -48,6 +49,35 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def tree_hash(*roots: str | os.PathLike, skip: tuple[str, ...] = ()) -> dict[str, str]:
+    """``{path: sha256}`` for every file (and ``path/: dir`` for folders) under the roots — compare
+    one taken before a purge with one after to prove "byte for byte". Paths containing any of
+    ``skip`` are left out."""
+    import hashlib
+
+    out: dict[str, str] = {}
+    for root in roots:
+        root = Path(root)
+        if root.is_file():
+            out[str(root)] = hashlib.sha256(root.read_bytes()).hexdigest()
+            continue
+        if not root.is_dir():
+            continue
+        for dirpath, _dirnames, filenames in os.walk(root):
+            if any(s in dirpath for s in skip):
+                continue
+            out[dirpath + "/"] = "dir"
+            for f in filenames:
+                p = os.path.join(dirpath, f)
+                if any(s in p for s in skip):
+                    continue
+                try:
+                    out[p] = hashlib.sha256(Path(p).read_bytes()).hexdigest()
+                except OSError:
+                    out[p] = "unreadable"
+    return out
 
 
 def clean_env(home: Path) -> dict[str, str]:
@@ -142,9 +172,7 @@ class Mux:
             for p in procs.marked(rid, table):
                 victims[p.pid] = p.create_time
             for pid, ct in json.loads(pids or "[]"):
-                for p in table.tree(pid):
-                    if p.pid == pid and abs(p.create_time - ct) > 0.01:
-                        break
+                for p in table.tree_of((pid, ct)):
                     victims[p.pid] = p.create_time
         for pid, ct in victims.items():
             procs.signal_if_same(pid, ct, signal.SIGKILL)

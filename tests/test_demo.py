@@ -1,5 +1,4 @@
 """The demo agent program and its plugin, as a plugin author would read them."""
-import json
 import subprocess
 import sys
 from pathlib import Path

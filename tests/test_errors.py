@@ -1,5 +1,4 @@
 """Bad input: one line on stderr, prefixed muxhost:, the right exit code, never a traceback."""
-import os
 import subprocess
 import sys
 
@@ -72,7 +71,8 @@ def test_no_tmux_server_on_the_socket(mux):
     msg = one_line(mux.run("show", "%0"), 1)
     assert "no tmux server running" in msg and mux.socket in msg
     # ls still answers: the record is lost
-    assert mux.ok("ls", "--all", "--json")[0]["state"] == "lost"
+    listed = mux.ok("ls", "--all", "--json")
+    assert [(r["id"], r["state"]) for r in listed] == [(rec["id"], "lost")]
 
 
 def test_tmux_not_installed(mux, tmp_path):

@@ -1,5 +1,4 @@
 """launch: sessions, targets, splits, cwd, environment, HOME, remain-on-exit, pane options."""
-import os
 import sys
 
 import psutil

@@ -9,8 +9,7 @@ import pluggy
 import pytest
 
 from muxhost import hookspecs
-from muxhost.plugins import Registry, get_plugin_manager
-from muxhost.errors import MuxhostError
+from muxhost.plugins import get_plugin_manager
 
 PLUGIN = textwrap.dedent('''
     """A third-party muxhost plugin: the `echoer` agent."""

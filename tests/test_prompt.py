@@ -2,7 +2,7 @@
 import shlex
 import sys
 
-from muxhost.testing import wait_for
+
 
 
 def test_purge_on_a_terminal_asks_and_no_keeps_everything(mux, tmp_path):

@@ -1,15 +1,8 @@
 """resume and purge in the host's order, shown with the demo agent."""
-import hashlib
 import json
-import os
 from pathlib import Path
 
-from muxhost.testing import wait_for
-
-
-def tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+from muxhost.testing import tree_hash, wait_for
 
 
 def demo_root(mux) -> Path:
@@ -40,18 +33,18 @@ def test_purge_the_demo_conversation_and_its_children_only(mux, tmp_path):
     history_before = (root / "history.jsonl").read_bytes()
 
     # in use: exit 4, and nothing touched
-    before = tree_digest(root)
+    before = tree_hash(root)
     r = mux.run("purge", rec["id"], "--yes")
     assert r.rc == 4, r.err
     assert "in use" in r.err and str(rec["pane"]) in r.err
     assert r.err.count("\n") == 1
-    assert tree_digest(root) == before
+    assert tree_hash(root) == before
 
     mux.ok("stop", rec["id"])
-    before = tree_digest(root)
+    before = tree_hash(root)
     plan = mux.ok("purge", rec["id"], "--dry-run", "--json")
     assert plan["dry_run"] is True
-    assert tree_digest(root) == before  # a dry run changes nothing
+    assert tree_hash(root) == before  # a dry run changes nothing
     children = [p for p in plan["plan"] if "[child conversation" in p]
     assert len(children) == 2
     assert f"~/.local/share/muxhost-demo/conversations/{rec['conversation_id']}.jsonl" in plan["plan"]

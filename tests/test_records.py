@@ -1,6 +1,5 @@
 """Records in SQLite: concurrent launches, a launch killed midway, reconcile."""
 import json
-import os
 import signal
 import sqlite3
 import subprocess

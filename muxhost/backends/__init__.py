@@ -77,10 +77,6 @@ class Backend(ABC):
     def set_pane_option(self, pane_id: str, name: str, value: str) -> None:
         """Attach a named value to a pane (tmux: a user option). Optional."""
 
-    def location(self) -> str | None:
-        """What identifies this server in a record (tmux: the socket name)."""
-        return None
-
     def where(self) -> str:
         """This server, for messages ("socket 'agents'")."""
         return self.name

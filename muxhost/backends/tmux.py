@@ -80,9 +80,6 @@ class TmuxBackend(Backend):
             self._server = libtmux.Server(socket_name=self.socket_name, tmux_bin=self.tmux_bin)
         return self._server
 
-    def location(self) -> str | None:
-        return self.socket_name
-
     # -- queries ----------------------------------------------------------------------------
     def snapshot(self) -> list[PaneInfo] | None:
         p = self._run("list-panes", "-a", "-F", FORMAT, check=False, fast=True)
@@ -92,9 +89,6 @@ class TmuxBackend(Backend):
                 return None
             raise MuxhostError(f"tmux list-panes failed: {msg.splitlines()[-1]}")
         return [pi for pi in map(_parse, p.stdout.splitlines()) if pi is not None]
-
-    def running(self) -> bool:
-        return self.snapshot() is not None
 
     def pane(self, pane_id: str) -> PaneInfo | None:
         for p in self.snapshot() or []:

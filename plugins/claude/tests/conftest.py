@@ -4,7 +4,6 @@ imported by name from the test modules (pytest runs with ``--import-mode=importl
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -14,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from muxhost.testing import tree_hash  # noqa: F401  (also a ClaudeWorld method)
 
 API_KEY = "sk-ant-muxhost-test-key-0123456789abcdef"
 
@@ -271,34 +272,6 @@ def seed_home(home: Path, trusted: list[str], config_dir: Path | None = None) ->
                                           "Task", "Agent", "Bash"],
                                 "defaultMode": "acceptEdits"}}
     (cfg_dir / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
-
-
-# --------------------------------------------------------------------------------------------------
-# hashing a tree, to prove "nothing touched"
-
-def tree_hash(*roots: str | os.PathLike, skip: tuple[str, ...] = ()) -> dict[str, str]:
-    """``{path: sha256}`` for every file (and ``path/: dir`` for folders) under the roots."""
-    out: dict[str, str] = {}
-    for root in roots:
-        root = Path(root)
-        if root.is_file():
-            out[str(root)] = hashlib.sha256(root.read_bytes()).hexdigest()
-            continue
-        if not root.is_dir():
-            continue
-        for dirpath, dirnames, filenames in os.walk(root):
-            if any(s in dirpath for s in skip):
-                continue
-            out[dirpath + "/"] = "dir"
-            for f in filenames:
-                p = os.path.join(dirpath, f)
-                if any(s in p for s in skip):
-                    continue
-                try:
-                    out[p] = hashlib.sha256(Path(p).read_bytes()).hexdigest()
-                except OSError:
-                    out[p] = "unreadable"
-    return out
 
 
 @pytest.fixture

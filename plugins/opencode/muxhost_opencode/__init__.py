@@ -644,7 +644,7 @@ def _server_clients(pid: int) -> str | None:
 
 
 # muxhost's own processes read the database for a moment (discover in `muxhost ls`); they hold nothing
-_is_muxhost = getattr(procs, "is_muxhost", None) or procs._is_muxhost
+_is_muxhost = procs.is_muxhost
 
 
 def _lock_holders(paths: Iterable[str]) -> set[int] | None:
