@@ -155,6 +155,8 @@ class Agent:
     exit_pause: float = 0.5
     #: a conversation id must fullmatch this before it is used anywhere
     id_pattern: str = UUID_PATTERN
+    #: how to install the agent's program, shown when it is not found (``npm install -g …``)
+    install_hint: str = ""
 
     def valid_id(self, conversation_id: object) -> bool:
         return isinstance(conversation_id, str) and re.fullmatch(self.id_pattern, conversation_id) is not None

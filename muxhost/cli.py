@@ -23,7 +23,8 @@ CORE_COMMANDS = ("launch", "ls", "show", "stop", "resume", "purge", "reconcile",
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2, like every other usage error
-        raise UsageError(f"{self.prog}: {message}")
+        sub = self.prog.partition(" ")[2]  # "muxhost launch" -> "launch"; the CLI adds "muxhost: "
+        raise UsageError(f"{sub}: {message}" if sub else message)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,8 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
              "The stop ladder: Ctrl-U + the agent's exit text + Enter; wait stop.exit_grace; kill the\n"
              "session (or pane); SIGTERM every survivor; wait stop.term_grace; SIGKILL. The outcome names\n"
              "the step that ended it: exit, hup, term or kill.")
-    sp.add_argument("ref", metavar="REF")
+    sp.add_argument("refs", metavar="REF", nargs="*", help="records to stop (all at once, concurrently)")
+    sp.add_argument("--all", action="store_true", help="every live record (running, exited or starting)")
     sp.add_argument("--grace", type=float, metavar="S", help="seconds to wait after the exit text (stop.exit_grace)")
+    sp.epilog = ("Many records go down the ladder together: 50 take about as long as one.\n"
+                 "--json prints the record (one REF) or a list of records (several, or --all).")
     json_flag(sp)
 
     sp = cmd("resume", "resume the record's conversation in a new pane (same record)")
@@ -137,6 +141,14 @@ def _attach_hint(live, socket: str | None) -> str:
     if live.pane is None:
         return ""
     return f"  attach: tmux{sock} attach -t {live.pane.session_name or live.rec.name}"
+
+
+def _print_warnings(host) -> None:
+    """One line per plugin hook that failed (``ls --json`` carries them as ``warnings``)."""
+    for w in getattr(host, "warnings", ()):
+        rec = f" for record {w['record']}" if w.get("record") else ""
+        print(f"muxhost: warning: {w['agent']}: {w['hook']} failed{rec}: {w['error']} "
+              "(MUXHOST_DEBUG=1 shows the traceback)", file=sys.stderr)
 
 
 # -- commands -------------------------------------------------------------------------------------
@@ -204,14 +216,36 @@ def cmd_show(host, args) -> int:
 
 
 def cmd_stop(host, args) -> int:
-    rec = host.resolve(args.ref)
     if args.grace is not None and args.grace < 0:
         raise UsageError("--grace must be >= 0")
-    live = host.stop(rec, grace=args.grace)
-    if args.json:
-        out_json(live.to_dict())
+    if args.all == bool(args.refs):
+        raise UsageError("stop takes REF… or --all")
+    view = None
+    if args.all:
+        records, view = host.live_records()
     else:
-        print(f"stopped {rec.name} ({rec.id}): {rec.outcome} after {rec.seconds:.2f}s")
+        records, seen = [], set()
+        for ref in args.refs:
+            rec = host.resolve(ref)
+            if rec.id not in seen:
+                seen.add(rec.id)
+                records.append(rec)
+    results = host.stop_many(records, grace=args.grace, view=view) if records else []
+    failed = [r for r in results if isinstance(r, MuxhostError)]
+    if args.json:
+        docs = [{"id": rec.id, "name": rec.name, "error": str(r)} if isinstance(r, MuxhostError) else r.to_dict()
+                for rec, r in zip(records, results)]
+        out_json(docs[0] if len(args.refs) == 1 and not args.all else docs)
+    else:
+        if args.all and not records:
+            print("nothing to stop")
+        for rec, r in zip(records, results):
+            if isinstance(r, MuxhostError):
+                print(f"muxhost: {rec.name} ({rec.id}): {r}", file=sys.stderr)
+            else:
+                print(f"stopped {rec.name} ({rec.id}): {rec.outcome} after {rec.seconds:.2f}s")
+    if failed:
+        return max(e.exit_code for e in failed)
     return 0
 
 
@@ -377,10 +411,14 @@ def cli(argv: Sequence[str] | None = None) -> int:
         func = COMMANDS.get(args.command) or getattr(args, "func", None)
         if func is None:
             raise UsageError(f"command {args.command!r} has no handler")
-        if args.command in COMMANDS:
-            return func(host, args) or 0
-        args.host = host
-        return func(args) or 0
+        try:
+            if args.command in COMMANDS:
+                return func(host, args) or 0
+            args.host = host
+            return func(args) or 0
+        finally:
+            if not getattr(args, "json", False):
+                _print_warnings(host)
     except MuxhostError as e:
         print(f"muxhost: {e}", file=sys.stderr)
         return e.exit_code

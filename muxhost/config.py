@@ -27,6 +27,7 @@ AGENT_KEYS = {
     "command": _STRLIST,      # config agents: argv to start it ({conversation_id} = a new uuid4)
     "resume": _STRLIST,       # argv with {conversation_id}
     "exit_text": _OPT_STR,    # typed by the stop ladder; null = no graceful exit
+    "exit_pause": _NUM,       # seconds between the exit text and Enter (before stop.exit_pause)
     "process_names": _STRLIST,
     "env": _STRMAP,
     "id_pattern": _STR,

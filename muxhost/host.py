@@ -6,11 +6,12 @@ Nothing here names an agent: agents come from plugins (:mod:`muxhost.plugins`), 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from muxhost import procs
@@ -48,6 +49,24 @@ class View:
 
 
 @dataclass
+class _Target:
+    """One agent on its way down the stop ladder."""
+
+    what: str                      # for messages: "record 1a2b3c4d"
+    backend: Backend
+    pane_id: str | None
+    agent: Agent | None
+    agent_proc: procs.Proc | None  # the pane's process, while the agent is there
+    victims: dict                  # {(pid, create time): …} every process known to be the agent's
+    collect: Callable[[procs.ProcessTable], list[procs.Proc]]
+    close: Callable[[Callable[[Backend], list[PaneInfo]]], None]  # step 3, given the panes now
+    pause: float = 0.5             # exit text -> Enter
+    outcome: str | None = None
+    seconds: float = 0.0
+    error: MuxhostError | None = None
+
+
+@dataclass
 class Located:
     """The agent found in a pane: a record's, or a hand-started one (``proc``)."""
 
@@ -69,6 +88,7 @@ class Live:
     tree: list[procs.Proc] = field(default_factory=list)
     resumable: bool = False
     notes: list[str] = field(default_factory=list)  # the plugin's remarks (ctx.notes) at launch/resume
+    warnings: list[dict[str, str]] = field(default_factory=list)  # plugin hooks that failed for it
 
     def to_dict(self) -> dict[str, Any]:
         r = self.rec
@@ -82,6 +102,7 @@ class Live:
             "launched_at": r.launched_at, "stopped_at": r.stopped_at,
             "exit_status": self.pane.dead_status if self.pane and self.pane.dead else None,
             "pids": [p.pid for p in self.tree],
+            "warnings": list(self.warnings),
         }
         if r.outcome:
             d["outcome"], d["seconds"] = r.outcome, r.seconds
@@ -104,6 +125,7 @@ class Host:
         self.socket = socket or os.environ.get("MUXHOST_TMUX_SOCKET") or self.config.socket_name or None
         self._store = store
         self._backends: dict[tuple[str, str | None], Backend] = {}
+        self.warnings: list[dict[str, str]] = []  # plugin hooks that failed (see warn)
 
     # -- plumbing ---------------------------------------------------------------------------------
     @property
@@ -123,6 +145,17 @@ class Host:
 
     def stop_setting(self, key: str) -> float:
         return self.config.stop(key)
+
+    def exit_pause(self, agent: Agent | None) -> float:
+        """Seconds between the exit text and Enter: the agent's config entry, then ``stop:``, then
+        the plugin's own default."""
+        entry = self.config.agent(agent.name) if agent is not None else {}
+        if entry.get("exit_pause") is not None:
+            return float(entry["exit_pause"])
+        if (self.config.data.get("stop") or {}).get("exit_pause") is not None:
+            return self.stop_setting("exit_pause")
+        default = getattr(agent, "exit_pause", None)
+        return float(default) if default is not None else self.stop_setting("exit_pause")
 
     def view(self, records: Iterable[Record] = (), sockets: Iterable[str | None] = ()) -> View:
         wanted = {r.socket for r in records} | set(sockets)
@@ -147,16 +180,35 @@ class Host:
         live = Live(rec, state, pane, tree)
         if check_resumable and rec.conversation_id and state != "running":
             agent = agent or self.registry.agents.get(rec.agent)
-            live.resumable = self._resumable(agent, rec)
+            live.resumable = self._resumable(agent, rec, live)
         return live
 
-    def _resumable(self, agent: Agent | None, rec: Record) -> bool:
+    def _resumable(self, agent: Agent | None, rec: Record, live: "Live | None" = None) -> bool:
         if agent is None or not agent.valid_id(rec.conversation_id):
             return False
         try:
             return bool(agent.exists(self.context(rec), rec.conversation_id))
-        except Exception:
+        except Exception as e:  # not resumable as far as we can tell, and the user is told why
+            self.warn(agent.name, "exists", e, rec, live)
             return False
+
+    def warn(self, agent: str, hook: str, error: BaseException, rec: Record | None = None,
+             live: "Live | None" = None) -> dict[str, str]:
+        """A plugin hook failed: carry on, but say so (``ls --json`` ``warnings``, a line on stderr;
+        ``MUXHOST_DEBUG=1`` prints the traceback)."""
+        w = {"agent": agent, "hook": hook, "error": f"{type(error).__name__}: {error}"}
+        if rec is not None:
+            w["record"] = rec.id
+        if os.environ.get("MUXHOST_DEBUG"):
+            import sys
+            import traceback
+
+            traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
+        if w not in self.warnings:
+            self.warnings.append(w)
+        if live is not None and w not in live.warnings:
+            live.warnings.append(w)
+        return w
 
     def context(self, rec: Record, pids: Iterable[int] = (), claimed: Iterable[str] = (),
                 table: procs.ProcessTable | None = None) -> AgentContext:
@@ -166,37 +218,80 @@ class Host:
                             args=list(cfg.get("args") or []), conversation_id=rec.conversation_id,
                             record_id=rec.id, processes=table)
 
-    def refresh(self, lives: list[Live], table: procs.ProcessTable | None = None,
-                records: list[Record] | None = None) -> None:
-        """Ask each running record's plugin which conversation it is in now (discover). A
-        conversation of any other running record is claimed: never handed to this one."""
-        running = [lv for lv in lives if lv.state == "running"]
-        if not running:
+    def refresh(self, lives: list[Live], view: View | None = None, records: list[Record] | None = None) -> None:
+        """Ask the plugins which conversation each running record is in now (``discover``), and
+        give each conversation to at most one record, whatever the plugins answer.
+
+        Every running record of the agents concerned is asked in the same refresh, not only those
+        of ``lives``: a plugin that ignores pids ("the newest conversation in my cwd that is not
+        claimed") can only tell two agents in one folder apart when both are asked. Records without
+        a conversation choose first (newest launch first: its window is the narrowest), then the
+        others. Every id any other running record has been in is claimed, and so is each id handed
+        out earlier in this refresh. A record that has a conversation never moves onto an id that
+        another record's ``discover`` also returned: an ambiguous answer changes nothing."""
+        agents = {lv.rec.agent for lv in lives if lv.state == "running"}
+        if not agents:
             return
-        looked_at = {lv.rec.id for lv in lives}
-        others = [r for r in (self.store.all() if records is None else records)
-                  if r.id not in looked_at and r.state in ("running", "starting")]
-        for lv in running:
-            agent = self.registry.agents.get(lv.rec.agent)
+        records = self.store.all() if records is None else records
+        by_id = {lv.rec.id: lv for lv in lives}
+        others = [r for r in records if r.id not in by_id and r.agent in agents and r.state in ("running", "starting")]
+        if others:
+            missing = {r.socket for r in others} - set(view.panes if view else ())
+            if view is None or missing:
+                more = self.view(others)
+                view = View({**(view.panes if view else {}), **more.panes}, view.table if view else more.table)
+            for r in others:
+                by_id[r.id] = self.live(r, view, check_resumable=False)
+        table = view.table if view else None
+        for name in sorted(agents):
+            agent = self.registry.agents.get(name)
             if agent is None:
                 continue
-            claimed = {o.rec.conversation_id for o in running
-                       if o is not lv and o.rec.agent == lv.rec.agent and o.rec.conversation_id}
-            claimed |= {r.conversation_id for r in others if r.agent == lv.rec.agent and r.conversation_id}
-            try:
-                cid = agent.discover(self.context(lv.rec, [p.pid for p in lv.tree], claimed, table))
-            except Exception:
-                continue
-            if cid and cid != lv.rec.conversation_id and agent.valid_id(cid) and cid not in claimed:
-                self.store.update(lv.rec, conversation_id=cid)
+            group = [lv for lv in by_id.values() if lv.rec.agent == name]
+            # every id a live record of this agent is (or has been) in belongs to that record
+            owner: dict[str, set[str]] = {}
+            for lv in group:
+                if lv.state in ("running", "starting", "exited"):
+                    for cid in {*lv.rec.conversations, *([lv.rec.conversation_id] if lv.rec.conversation_id else [])}:
+                        owner.setdefault(cid, set()).add(lv.rec.id)
+            asked = sorted((lv for lv in group if lv.state == "running"),
+                           key=lambda lv: (lv.rec.conversation_id is not None, -lv.rec.launched_at))
+            answers: dict[str, str | None] = {}
+            handed: dict[str, str] = {}  # id -> record id, in this refresh
+            for lv in asked:
+                claimed = {c for c, ids in owner.items() if ids - {lv.rec.id}} | {c for c, r in handed.items() if r != lv.rec.id}
+                try:
+                    cid = agent.discover(self.context(lv.rec, [p.pid for p in lv.tree], claimed, table))
+                except Exception as e:
+                    self.warn(name, "discover", e, lv.rec, lv)
+                    continue
+                if cid is not None and not agent.valid_id(cid):
+                    self.warn(name, "discover", ValueError(f"returned an invalid id {cid!r}"), lv.rec, lv)
+                    continue
+                answers[lv.rec.id] = cid
+                if cid and cid != lv.rec.conversation_id and cid not in claimed:
+                    handed[cid] = lv.rec.id
+            for cid, rid in handed.items():
+                rec = by_id[rid].rec
+                if rec.conversation_id and any(o != rid and answer == cid for o, answer in answers.items()):
+                    continue  # a move onto an id another record's discover also gives: ambiguous, no move
+                self.store.update(rec, conversation_id=cid)
+
+    def live_records(self) -> tuple[list[Record], View]:
+        """The records whose agent may still be there (``running``, ``exited``, ``starting``), and the
+        view they were judged by — without asking any plugin (``stop --all``)."""
+        records = self.store.all()
+        view = self.view(records)
+        lives = [self.live(r, view, check_resumable=False) for r in records]
+        return [lv.rec for lv in lives if lv.state in ("running", "exited", "starting")], view
 
     def ls(self, all_records: bool = False) -> list[Live]:
         records = self.store.all()
         view = self.view(records)
         lives = [self.live(r, view, check_resumable=False) for r in records]
-        self.refresh(lives, view.table, records)
+        self.refresh(lives, view, records)
         for lv in lives:
-            lv.resumable = self._resumable(self.registry.agents.get(lv.rec.agent), lv.rec)
+            lv.resumable = self._resumable(self.registry.agents.get(lv.rec.agent), lv.rec, lv)
         if not all_records:
             lives = [lv for lv in lives if lv.state in ("running", "exited", "starting")]
         return lives
@@ -273,14 +368,49 @@ class Host:
                            args=list(cfg.get("args") or []) + list(args), record_id=rid)
         launch = self._checked_launch(agent, agent.launch(ctx))
         full_env.update(launch.env)
+        self.check_command(agent, list(launch.argv), full_env, cwd)  # no record, no pane, if it cannot run
         notes = list(ctx.notes)
         rec = Record(id=rid, name=name, agent=agent.name, cwd=cwd, home=home, launched_at=ctx.launched_at,
                      socket=self.socket, conversation_id=launch.conversation_id, env=full_env,
                      argv=list(launch.argv))
-        self.store.insert(rec)  # `starting`: a launch killed from here on is seen as lost, never half
-        live = self._start(rec, agent, launch, target=target, split=split)
+        cid = launch.conversation_id
+        # into a conversation that is on disk (`-- --resume ID`): never while it is being purged
+        existing = cid is not None and self._exists(agent, ctx, cid)
+        with self.conversation_lock(agent.name, cid, "launch") if existing else contextlib.nullcontext():
+            if existing and not self._exists(agent, ctx, cid):
+                raise NotFound(f"conversation {cid} of agent {agent.name} no longer exists")
+            self.store.insert(rec)  # `starting`: a launch killed from here on is seen as lost, never half
+            live = self._start(rec, agent, launch, target=target, split=split)
         live.notes = notes
         return live
+
+    def _exists(self, agent: Agent, ctx: AgentContext, conversation_id: str) -> bool:
+        """``exists``, failing closed: a plugin that cannot tell counts as "it exists"."""
+        if not agent.valid_id(conversation_id):
+            return False
+        try:
+            return bool(agent.exists(ctx, conversation_id))
+        except Exception as e:
+            self.warn(agent.name, "exists", e)
+            return True
+
+    @staticmethod
+    def check_command(agent: Agent, argv: list[str] | tuple[str, ...], env: dict[str, str], cwd: str) -> str:
+        """The executable ``argv[0]`` resolves to on the agent's own PATH (or as a path, relative to
+        its cwd), checked before any pane exists; else a one-line error with the plugin's install hint."""
+        import shutil
+
+        cmd = argv[0]
+        if os.sep in cmd:
+            path = cmd if os.path.isabs(cmd) else os.path.join(cwd, cmd)
+            found = path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+        else:
+            found = shutil.which(cmd, path=env.get("PATH") or os.defpath)
+        if found is None:
+            where = "is not an executable file" if os.sep in cmd else "is not on the agent's PATH"
+            hint = getattr(agent, "install_hint", "") or ""
+            raise MuxhostError(f"cannot start {agent.name}: {cmd!r} {where}" + (f" ({hint})" if hint else ""))
+        return found
 
     def _checked_launch(self, agent: Agent, launch: Launch) -> Launch:
         if not isinstance(launch, Launch) or not launch.argv or not all(isinstance(a, str) for a in launch.argv):
@@ -327,13 +457,43 @@ class Host:
     # -- stop -------------------------------------------------------------------------------------
     def stop(self, rec: Record, grace: float | None = None, view: View | None = None) -> Live:
         """The stop ladder (CONTRACT §3) for a record, run to completion in this process."""
+        result = self.stop_many([rec], grace, view)[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def stop_many(self, records: list[Record], grace: float | None = None,
+                  view: View | None = None) -> list["Live | MuxhostError"]:
+        """The stop ladder for many records at once, in lockstep: every agent gets its exit text,
+        then one wait for all of them, then each step for whatever is left — so 50 agents take about
+        as long as the slowest one, not 50 times one. Returns, per record in order, its stopped
+        :class:`Live` or the error that kept it from stopping cleanly."""
+        view = view or self.view(records)
+        lives = [self.live(rec, view, check_resumable=False) for rec in records]
+        running = [lv for lv in lives if lv.state == "running"]
+        if running:
+            self.refresh(running, view)  # the conversation each is in right now, before it goes
+        since = min((r.launched_at for r in records), default=0.0)
+        view.table.marked_index(since)  # one environment scan serves every record
+        targets = [self._stop_target(rec, view) for rec in records]
+        self._ladder(targets, grace)
+        out: list[Live | MuxhostError] = []
+        for rec, t in zip(records, targets):
+            if t.error is not None:
+                out.append(t.error)
+                continue
+            agent = self.registry.agents.get(rec.agent)
+            self.store.update(rec, state="stopped", stopped_at=time.time(), outcome=t.outcome, seconds=t.seconds)
+            result = Live(rec, "stopped", None, [])
+            result.resumable = self._resumable(agent, rec, result)
+            self.pm.hook.muxhost_agent_stopped(record=result.to_dict(), outcome=t.outcome)
+            out.append(result)
+        return out
+
+    def _stop_target(self, rec: Record, view: View) -> "_Target":
         agent = self.registry.agents.get(rec.agent)
         backend = self.backend(rec.socket)
-        view = view or self.view([rec])
         pane = view.pane_for(rec)
-        live = self.live(rec, view, agent, check_resumable=False)
-        if live.state == "running":
-            self.refresh([live])  # the conversation it is in right now, before it goes
         agent_proc = view.table.get(pane.pid) if pane is not None and not pane.dead else None
 
         def collect(table: procs.ProcessTable) -> list[procs.Proc]:
@@ -342,92 +502,156 @@ class Host:
                 found += table.tree_of(agent_proc.key)
             return found
 
-        def close() -> None:  # 3. kill-session when muxhost created it, else kill-pane (tmux sends SIGHUP)
+        def close(panes_now: Callable[[Backend], list[PaneInfo]]) -> None:
+            # 3. kill-session when muxhost created it, else kill-pane (tmux sends SIGHUP)
             if pane is None:
                 return
             if rec.created_session and rec.session and rec.session == pane.session_id:
                 # ... unless other panes live in that session now (`launch --target`, a user's split)
-                now = backend.snapshot() or []
-                if all(p.record == rec.id for p in now if p.session_id == rec.session):
+                if all(p.record == rec.id for p in panes_now(backend) if p.session_id == rec.session):
                     backend.kill_session(rec.session)
                     return
             backend.kill_pane(pane.pane_id)
 
-        outcome, seconds = self._ladder(backend, pane.pane_id if pane else None, agent, agent_proc,
-                                        {p.key: p for p in live.tree + collect(view.table)}, collect, close,
-                                        grace, what=f"record {rec.id}")
-        self.store.update(rec, state="stopped", stopped_at=time.time(), outcome=outcome, seconds=seconds)
-        result = Live(rec, "stopped", None, [])
-        result.resumable = self._resumable(agent, rec)
-        self.pm.hook.muxhost_agent_stopped(record=result.to_dict(), outcome=outcome)
-        return result
+        victims = {p.key: p for p in [*view.table.tree(pane.pid if agent_proc else None), *collect(view.table)]}
+        return _Target(f"record {rec.id}", backend, pane.pane_id if pane else None, agent, agent_proc,
+                       victims, collect, close, self.exit_pause(agent))
 
-    def _ladder(self, backend: Backend, pane_id: str | None, agent: Agent | None, agent_proc: procs.Proc | None,
-                victims: dict, collect: Callable[[procs.ProcessTable], list], close: Callable[[], None],
-                grace: float | None, what: str) -> tuple[str, float]:
-        """Steps 1-5 of the ladder. ``collect(table)`` lists every process that belongs to the agent;
-        ``close()`` is step 3. Returns the outcome and the seconds it took."""
+    def _ladder(self, targets: list["_Target"], grace: float | None) -> None:
+        """Steps 1-5 of the ladder for every target at once. ``collect(table)`` lists every process
+        that belongs to a target; ``close()`` is its step 3. Sets each target's outcome and seconds
+        (or its error)."""
         t0 = time.monotonic()
         exit_grace = self.stop_setting("exit_grace") if grace is None else grace
-        exit_text = agent.exit_text if agent is not None else None
-        outcome = None
-        if (pane_id is not None and agent_proc is not None and exit_text is not None
-                and procs.same_process(*agent_proc.key)):
-            # 1. Ctrl-U, the exit text, a pause, Enter — only while the agent itself is there
-            backend.send_keys(pane_id, "C-u")
-            backend.type_text(pane_id, exit_text)
-            time.sleep(getattr(agent, "exit_pause", None) or self.stop_setting("exit_pause"))
-            if procs.same_process(*agent_proc.key):
-                backend.send_keys(pane_id, "Enter")
-            # 2. wait for every process of the agent to end
-            if not procs.wait_gone(victims, exit_grace):
-                outcome = "exit"
-        elif not procs.alive(victims):
-            outcome = "exit"  # it had already ended: clean up without typing a key
-        if outcome is None:
-            # the whole set again, just before step 3: children started meanwhile count too
-            victims.update({p.key: p for p in collect(procs.ProcessTable.snapshot())})
-            if not procs.alive(victims):
-                outcome = "exit"
-        close()
-        if outcome is not None:
-            # it ended, but did it leave anything behind (a detached exit hook, a tool)? the ladder
-            # goes on for those
-            stragglers = procs.alive({p.key: p for p in collect(procs.ProcessTable.snapshot())})
-            if stragglers:
-                victims = {k: None for k in stragglers}
-                outcome = None
-        if outcome is None:
-            survivors = procs.wait_gone(victims, self.stop_setting("hup_grace"))
-            if not survivors:
-                outcome = "hup"
-            else:
-                # 4. SIGTERM to every survivor
-                for key in survivors:
-                    procs.signal_if_same(*key, procs.SIGTERM)
-                survivors = procs.wait_gone(survivors, self.stop_setting("term_grace"))
-                if not survivors:
-                    outcome = "term"
-                else:
-                    # 5. SIGKILL to every survivor, and whatever they started meanwhile
-                    outcome = "kill"
-                    self._kill_all(survivors, collect, what)
-        return outcome, round(time.monotonic() - t0, 3)
 
-    def _kill_all(self, survivors: list[tuple[int, float]], collect, what: str) -> None:
-        keys = set(survivors)
+        def done(t: _Target, outcome: str) -> None:
+            t.outcome, t.seconds = outcome, round(time.monotonic() - t0, 3)
+
+        # 1. Ctrl-U, the exit text, a pause, Enter — only while the agent itself is there
+        # (each step as one batch per server: a pane that went meanwhile is left to the next steps)
+        typed: list[_Target] = []
+        with self._batched(targets):
+            for t in targets:
+                text = t.agent.exit_text if t.agent is not None else None
+                if t.pane_id is not None and t.agent_proc is not None and text is not None \
+                        and procs.same_process(*t.agent_proc.key):
+                    try:
+                        t.backend.send_keys(t.pane_id, "C-u")
+                        t.backend.type_text(t.pane_id, text)
+                        typed.append(t)
+                    except MuxhostError:
+                        pass
+                elif not procs.alive(t.victims):
+                    done(t, "exit")  # it had already ended: clean up without typing a key
+        typed_at = time.monotonic()
+        for pause in sorted({t.pause for t in typed}):
+            time.sleep(max(0.0, typed_at + pause - time.monotonic()))
+            with self._batched(typed):
+                for t in typed:
+                    if t.pause == pause and procs.same_process(*t.agent_proc.key):
+                        try:
+                            t.backend.send_keys(t.pane_id, "Enter")
+                        except MuxhostError:
+                            pass
+        # 2. wait for every process of each agent to end
+        for t in self._wait_gone(typed, lambda t: t.victims, exit_grace):
+            done(t, "exit")
+        table = procs.ProcessTable.snapshot()
+        for t in targets:
+            if t.outcome is None:
+                # the whole set again, just before step 3: children started meanwhile count too
+                t.victims.update({p.key: p for p in t.collect(table)})
+                if not procs.alive(t.victims):
+                    done(t, "exit")
+        # 3. close every pane (or session)
+        snapshots: dict[int, list[PaneInfo]] = {}
+
+        def panes_now(backend: Backend) -> list[PaneInfo]:
+            if id(backend) not in snapshots:
+                snapshots[id(backend)] = backend.snapshot() or []
+            return snapshots[id(backend)]
+
+        with self._batched(targets):
+            for t in targets:
+                try:
+                    t.close(panes_now)
+                except MuxhostError:
+                    pass  # the server went meanwhile: steps 4-5 still find every process
+        table = procs.ProcessTable.snapshot()
+        for t in targets:
+            if t.outcome is not None:
+                # it ended, but did it leave anything behind (a detached exit hook, a tool)? the
+                # ladder goes on for those
+                stragglers = procs.alive({p.key: p for p in t.collect(table)})
+                if stragglers:
+                    t.victims, t.outcome = {k: None for k in stragglers}, None
+        left = [t for t in targets if t.outcome is None]
+        for t in self._wait_gone(left, lambda t: t.victims, self.stop_setting("hup_grace")):
+            done(t, "hup")
+        left = [t for t in left if t.outcome is None]
+        # 4. SIGTERM to every survivor
+        for t in left:
+            t.victims = {k: None for k in procs.alive(t.victims)}
+            for key in t.victims:
+                procs.signal_if_same(*key, procs.SIGTERM)
+        for t in self._wait_gone(left, lambda t: t.victims, self.stop_setting("term_grace")):
+            done(t, "term")
+        # 5. SIGKILL to every survivor, and whatever they started meanwhile
+        left = [t for t in left if t.outcome is None]
+        if left:
+            self._kill_all(left)
+            for t in left:
+                done(t, "kill")
+
+    @staticmethod
+    def _batched(targets: list["_Target"]) -> contextlib.ExitStack:
+        """One :meth:`Backend.batch` open for each server of the targets."""
+        stack = contextlib.ExitStack()
+        for backend in {id(t.backend): t.backend for t in targets}.values():
+            stack.enter_context(backend.batch())
+        return stack
+
+    @staticmethod
+    def _wait_gone(targets: list["_Target"], keys: Callable[["_Target"], dict], timeout: float,
+                   interval: float = 0.05) -> list["_Target"]:
+        """Wait up to ``timeout`` for every process of each target to end (one poll for all);
+        return the targets that ended, as they end."""
+        ended: list[_Target] = []
+        waiting = list(targets)
+        deadline = time.monotonic() + timeout
+        while waiting:
+            for t in list(waiting):
+                if not procs.alive(keys(t)):
+                    waiting.remove(t)
+                    ended.append(t)
+            if not waiting or time.monotonic() >= deadline:
+                break
+            time.sleep(interval)
+        return ended
+
+    @staticmethod
+    def _kill_all(targets: list["_Target"]) -> None:
+        """SIGKILL every survivor of every target, and whatever they start meanwhile (their trees
+        and every process carrying their record), until none is left; one process-table pass per
+        round for all targets. A target whose processes survive ten rounds gets an error."""
+        keys = {id(t): set(procs.alive(t.victims)) for t in targets}
         for _ in range(10):
             table = procs.ProcessTable.snapshot()
-            for key in list(keys):
-                keys.update(p.key for p in table.tree_of(key))
-            keys.update(p.key for p in collect(table))
-            for key in keys:
-                procs.signal_if_same(*key, procs.SIGKILL)
-            keys = set(procs.wait_gone(keys, 2.0))
-            if not keys:
+            for t in targets:
+                mine = keys[id(t)]
+                for key in list(mine):
+                    mine.update(p.key for p in table.tree_of(key))
+                mine.update(p.key for p in t.collect(table))
+                for key in mine:
+                    procs.signal_if_same(*key, procs.SIGKILL)
+            left = set(procs.wait_gone({k for ks in keys.values() for k in ks}, 2.0))
+            keys = {i: ks & left for i, ks in keys.items()}
+            if not left:
                 return
-        left = ", ".join(str(pid) for pid, _ in keys)
-        raise MuxhostError(f"{what}: processes {left} survived SIGKILL")
+        for t in targets:
+            if keys[id(t)]:
+                pids = ", ".join(str(pid) for pid, _ in sorted(keys[id(t)]))
+                t.error = MuxhostError(f"{t.what}: processes {pids} survived SIGKILL")
 
     # -- resume -----------------------------------------------------------------------------------
     def resume(self, rec: Record, target: str | None = None, split: str | None = None) -> Live:
@@ -448,13 +672,17 @@ class Host:
             launch = self._checked_launch(agent, agent.resume(ctx, cid))
         except NotImplementedError as e:
             raise UsageError(str(e) or f"agent {agent.name!r} cannot resume") from None
-        if not agent.exists(ctx, cid):
-            raise NotFound(f"conversation {cid} of agent {agent.name} no longer exists")
         if launch.conversation_id is None:
             launch.conversation_id = cid
-        self.store.update(rec, launched_at=time.time())
-        respawn = live.pane.pane_id if live.pane is not None and live.pane.dead and not (target or split) else None
-        started = self._start(rec, agent, launch, target=target, split=split, respawn_pane=respawn)
+        self.check_command(agent, list(launch.argv), {**rec.env, **launch.env}, rec.cwd)
+        # under the conversation's lock until the pane runs: a purge of it that starts meanwhile
+        # sees this record running (and one already under way makes this wait, then refuse)
+        with self.conversation_lock(agent.name, cid, "resume"):
+            if not agent.exists(ctx, cid):
+                raise NotFound(f"conversation {cid} of agent {agent.name} no longer exists")
+            self.store.update(rec, launched_at=time.time())
+            respawn = live.pane.pane_id if live.pane is not None and live.pane.dead and not (target or split) else None
+            started = self._start(rec, agent, launch, target=target, split=split, respawn_pane=respawn)
         started.notes = list(ctx.notes)
         return started
 
@@ -474,7 +702,7 @@ class Host:
             if conversation_id is None:
                 if rec.state != "stopped":
                     view = self.view([rec])
-                    self.refresh([self.live(rec, view, agent, check_resumable=False)])
+                    self.refresh([self.live(rec, view, agent, check_resumable=False)], view)
                 conversation_id = rec.conversation_id
             if not conversation_id:
                 raise NotFound(f"record {rec.id} has no conversation id: nothing to purge")
@@ -490,7 +718,22 @@ class Host:
             else:
                 h, env = self.agent_env(dict(os.environ), home, agent.name)
                 ctx = AgentContext(home=h, env=env, cwd=os.getcwd(), config=self.config.agent(agent.name))
+        if dry_run:
+            return self._purge(agent, ctx, conversation_id, rec, dry_run=True)
+        # held from the in-use check until the residual is read: a resume or launch of this
+        # conversation (and a second purge) that comes meanwhile waits briefly, then is refused
+        with self.conversation_lock(agent.name, conversation_id, "purge"):
+            return self._purge(agent, ctx, conversation_id, rec, stop=stop, confirm=confirm)
 
+    def conversation_lock(self, agent: str, conversation_id: str, purpose: str):
+        """The per-conversation lock (muxhost.locks), in the state dir beside the store."""
+        from muxhost import locks
+
+        return locks.conversation(Path(self.store.path).parent / "locks", agent, conversation_id, purpose)
+
+    def _purge(self, agent: Agent, ctx: AgentContext, conversation_id: str, rec: Record | None, *,
+               dry_run: bool = False, stop: bool = False,
+               confirm: Callable[[PurgeReport], bool] | None = None) -> PurgeReport:
         if stop and not dry_run and rec is not None:
             live = self.live(rec, self.view([rec]), agent, check_resumable=False)
             if live.state in ("running", "exited", "starting"):
@@ -564,7 +807,7 @@ class Host:
         rec = next((r for r in reversed(records) if r.socket == self.socket and pane.record == r.id), None)
         if rec is not None:
             lv = running[rec.id]
-            self.refresh([lv], view.table, records)
+            self.refresh([lv], view, records)
             agent = self.registry.agent(rec.agent)
             return Located(pane, agent, rec, None, self.context(rec, [p.pid for p in lv.tree]), rec.conversation_id)
         if pane.dead:
@@ -623,13 +866,17 @@ class Host:
         def collect(table: procs.ProcessTable) -> list[procs.Proc]:
             return table.tree_of(root.key)
 
-        def close() -> None:
+        def close(_panes_now) -> None:
             for p in collect(procs.ProcessTable.snapshot()):
                 procs.signal_if_same(*p.key, procs.SIGHUP)
 
         victims = {p.key: p for p in collect(procs.ProcessTable.snapshot())}
-        return self._ladder(backend, loc.pane.pane_id, loc.agent, root, victims, collect, close, grace,
-                            what=f"{loc.agent.name} in pane {loc.pane.pane_id}")
+        t = _Target(f"{loc.agent.name} in pane {loc.pane.pane_id}", backend, loc.pane.pane_id, loc.agent, root,
+                    victims, collect, close, self.exit_pause(loc.agent))
+        self._ladder([t], grace)
+        if t.error is not None:
+            raise t.error
+        return t.outcome, t.seconds
 
     def purge_pane(self, pane_id: str, *, dry_run: bool = False, stop: bool = False,
                    confirm: Callable[[PurgeReport], bool] | None = None) -> PurgeReport:
@@ -662,7 +909,7 @@ class Host:
                 changes.append(f"{rec.id}: its pane is gone; marked lost")
                 self.store.update(rec, state="lost")
         before = {lv.rec.id: lv.rec.conversation_id for lv in lives}
-        self.refresh(lives)
+        self.refresh(lives, view, records)
         for lv in lives:
             if lv.rec.conversation_id != before[lv.rec.id]:
                 changes.append(f"{lv.rec.id}: conversation {before[lv.rec.id] or '-'} -> {lv.rec.conversation_id}")

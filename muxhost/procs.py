@@ -90,6 +90,7 @@ class ProcessTable:
     def __init__(self, procs: dict[int, Proc]):
         self.procs = procs
         self._children: dict[int, list[int]] = {}
+        self._marks: tuple[float | None, dict[str, list[Proc]]] | None = None  # see marked_index
         for p in procs.values():
             self._children.setdefault(p.ppid, []).append(p.pid)
 
@@ -144,6 +145,36 @@ class ProcessTable:
             seen.add(p.pid)
             p = self.get(p.ppid)
         return False
+
+    def marked_index(self, since: float | None = None) -> dict[str, list[Proc]]:
+        """``{record id: [Proc, …]}`` from the ``MUXHOST_RECORD`` of every process of our user that
+        started at or after ``since`` (less a second) and is not under a tmux server; each process's
+        environment is read once per table, whatever the number of records asked about."""
+        cached = self._marks
+        index: dict[str, list[Proc]]
+        if cached is not None and (cached[0] is None or (since is not None and since >= cached[0])):
+            index = cached[1]
+        else:
+            index = {}
+            uid, me = os.getuid(), os.getpid()
+            for p in self.procs.values():
+                if p.pid == me or (since is not None and p.create_time + 1.0 < since):
+                    continue
+                if self.under_tmux(p.pid):
+                    continue
+                try:
+                    proc = psutil.Process(p.pid)
+                    if proc.uids().real != uid:
+                        continue
+                    rid = proc.environ().get(RECORD_ENV)
+                except (psutil.Error, OSError):
+                    continue
+                if rid:
+                    index.setdefault(rid, []).append(p)
+            self._marks = (since, index)
+        if since is None:
+            return index
+        return {rid: [p for p in ps if p.create_time + 1.0 >= since] for rid, ps in index.items()}
 
     def with_token(self, token: str, exclude: Iterable[int] = ()) -> list[Proc]:
         """Processes whose argv contains ``token`` as a word or inside a word (``--session=ID``)."""
@@ -226,25 +257,7 @@ def marked(record_id: str, table: ProcessTable, since: float | None = None) -> l
     A tmux server and everything under one are never taken by their environment: a server that a
     tool of the agent started inherits the variable and hands it to every pane of that server. (The
     agent's own pane is found as the pane's process tree, not here.)"""
-    want = f"{record_id}"
-    uid = os.getuid()
-    out = []
-    for p in table.procs.values():
-        if p.pid == os.getpid():
-            continue
-        if since is not None and p.create_time + 1.0 < since:
-            continue
-        if table.under_tmux(p.pid):
-            continue
-        try:
-            proc = psutil.Process(p.pid)
-            if proc.uids().real != uid:
-                continue
-            if proc.environ().get(RECORD_ENV) == want:
-                out.append(p)
-        except (psutil.Error, OSError):
-            continue
-    return out
+    return list(table.marked_index(since).get(record_id, ()))
 
 
 SIGHUP = signal.SIGHUP

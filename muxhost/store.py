@@ -3,19 +3,30 @@
 Every write is one short ``BEGIN IMMEDIATE`` transaction, so concurrent muxhost processes never lose
 a write; a process killed mid-launch leaves at most a complete ``starting`` row, which ``ls`` shows as
 ``lost`` (or adopts, when its pane exists: panes carry ``@muxhost_record``).
+
+Every SQLite or OS error met opening, migrating, reading or writing the store becomes one
+:class:`~muxhost.errors.MuxhostError` (exit 1) that names the file, says what is wrong and what to do
+(damaged, locked, not writable, full disk, a folder where a file belongs...). Nothing is swallowed: a
+write that fails fails the command. The state folder muxhost creates is 0700; ``state.db`` and its
+``-wal`` / ``-shm`` are 0600 whatever the umask (SQLite gives those two the database file's mode).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterator
 
+from muxhost.errors import MuxhostError, UsageError
+
 SCHEMA_VERSION = 2
+LOCK_TIMEOUT = 30.0  # seconds a write waits for another muxhost's transaction ($MUXHOST_LOCK_TIMEOUT)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (
@@ -104,30 +115,129 @@ def state_dir(env: dict[str, str] | None = None) -> Path:
     return Path(base) / "muxhost"
 
 
+def lock_timeout(env: dict[str, str] | None = None) -> float:
+    """Seconds a write waits for another muxhost's transaction: ``$MUXHOST_LOCK_TIMEOUT``, else 30."""
+    raw = (os.environ if env is None else env).get("MUXHOST_LOCK_TIMEOUT", "").strip()
+    if not raw:
+        return LOCK_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise UsageError(f"MUXHOST_LOCK_TIMEOUT={raw!r}: expected a number of seconds")
+    return value
+
+
+def _private(path: Path, mode: int) -> None:
+    """Drop group/other access from an existing ``path``. A file we may not chmod (not ours, a
+    read-only file system) is left as it is: the write that needs it reports the real problem."""
+    try:
+        if os.stat(path).st_mode & 0o077:
+            os.chmod(path, mode)
+    except OSError:
+        pass
+
+
 class Store:
     def __init__(self, path: str | os.PathLike | None = None):
+        self.timeout = lock_timeout()
         if path is None:
-            d = state_dir()
-            d.mkdir(parents=True, exist_ok=True, mode=0o700)
-            path = d / "state.db"
+            path = self._state_folder() / "state.db"
         self.path = Path(path)
-        self.con = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
-        self.con.row_factory = sqlite3.Row
-        self.con.execute("PRAGMA busy_timeout = 30000")
-        if self.con.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
-            self._migrate()
+        with self._errors():
+            try:  # created 0600 here, not by SQLite with the umask; its -wal and -shm take its mode
+                os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+            except FileExistsError:
+                pass
+            for p in (self.path, *self._sidecars()):
+                _private(p, 0o600)
+            self.con = sqlite3.connect(str(self.path), timeout=self.timeout, isolation_level=None)
+            self.con.row_factory = sqlite3.Row
+            if self.con.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                self._migrate()
+
+    @staticmethod
+    def _state_folder() -> Path:
+        """The state folder, created 0700. An existing one is tightened to 0700 only when it is the
+        default one (``…/muxhost``, muxhost's own); a ``$MUXHOST_STATE_DIR`` that already existed may be
+        shared (``/tmp``, a project folder), so its mode stays the user's: the files in it are 0600."""
+        d = state_dir()
+        try:
+            d.mkdir(parents=True, mode=0o700)
+        except FileExistsError:
+            if not d.is_dir():
+                raise MuxhostError(f"{d}: is a file, not a folder; move it aside, or set MUXHOST_STATE_DIR "
+                                   f"to a folder for muxhost's records") from None
+            if not os.environ.get("MUXHOST_STATE_DIR"):
+                _private(d, 0o700)
+        except OSError as e:
+            if e.errno in (errno.EACCES, errno.EPERM):
+                raise MuxhostError(f"{d}: cannot create the state folder ({e.strerror}); make {d.parent} "
+                                   f"writable by you, or set MUXHOST_STATE_DIR to a folder you can write") from e
+            if e.errno == errno.ENOTDIR:  # an ancestor is a file
+                d = next((a for a in d.parents if a.exists() and not a.is_dir()), d)
+            raise _os_error(e, d, "creating the state folder") from e
+        return d
+
+    def _sidecars(self) -> tuple[Path, Path]:
+        return Path(f"{self.path}-wal"), Path(f"{self.path}-shm")
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Turn SQLite and OS errors into one line that names the file and says what to do."""
+        try:
+            yield
+        except sqlite3.Error as e:
+            raise self._sqlite_error(e) from e
+        except OSError as e:
+            if e.errno in (errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR):
+                raise self._not_writable(e.strerror) from e
+            raise _os_error(e, Path(e.filename) if e.filename else self.path) from e
+
+    def _sqlite_error(self, e: sqlite3.Error) -> MuxhostError:
+        code = (getattr(e, "sqlite_errorcode", None) or 0) & 0xFF
+        path = self.path
+        if code == 26:  # SQLITE_NOTADB
+            return MuxhostError(f"{path}: not a SQLite database (damaged?); move it aside to start afresh "
+                                f"(muxhost keeps its records there)")
+        if code == 11:  # SQLITE_CORRUPT
+            return MuxhostError(f"{path}: the database is damaged ({e}); move it aside to start afresh, "
+                                f"or try `sqlite3 {path} .recover`")
+        if code in (5, 6):  # SQLITE_BUSY, SQLITE_LOCKED
+            return MuxhostError(f"{path}: locked by another muxhost for over {self.timeout:g}s; try again "
+                                f"when it has finished (MUXHOST_LOCK_TIMEOUT sets the wait)")
+        if code == 13 or (code == 10 and _disk_full(path)):  # SQLITE_FULL, SQLITE_IOERR on a full disk
+            return _os_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), path)
+        if code in (3, 8, 14, 23):  # SQLITE_PERM, SQLITE_READONLY, SQLITE_CANTOPEN, SQLITE_AUTH
+            return self._not_writable(str(e))
+        if code == 10:  # SQLITE_IOERR
+            return MuxhostError(f"{path}: disk I/O error ({e}); check the disk, then try again")
+        return MuxhostError(f"{path}: SQLite error: {e}; try again, and move the file aside if it persists")
+
+    def _not_writable(self, why: str) -> MuxhostError:
+        """Which of the folder, ``state.db``, ``-wal`` or ``-shm`` stops SQLite, and what to do."""
+        folder = self.path.parent
+        if self.path.is_dir():
+            return _os_error(IsADirectoryError(errno.EISDIR, ""), self.path)
+        if not folder.is_dir():
+            return MuxhostError(f"{folder}: not a folder (or missing); create it, or set MUXHOST_STATE_DIR "
+                                f"to a folder for muxhost's records")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return MuxhostError(f"{folder}: the state folder is not writable (SQLite creates {self.path.name}-wal "
+                                f"and -shm in it); make it writable by you, or set MUXHOST_STATE_DIR to a "
+                                f"folder you can write")
+        for p in (self.path, *self._sidecars()):
+            if p.exists() and not os.access(p, os.R_OK | os.W_OK):
+                return MuxhostError(f"{p}: not writable; make it readable and writable by you "
+                                    f"(chmod u+rw), or set MUXHOST_STATE_DIR to a folder you can write")
+        return MuxhostError(f"{self.path}: cannot write it ({why}); check the file and its folder {folder}")
 
     def _migrate(self) -> None:
-        try:
-            os.chmod(self.path, 0o600)
-        except OSError:
-            pass
         self.con.execute("PRAGMA journal_mode = WAL")
         with self.transaction():
             version = self.con.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
-                from muxhost.errors import MuxhostError
-
                 raise MuxhostError(f"{self.path} was written by a newer muxhost (schema {version})")
             if version == 0:
                 for statement in _SCHEMA.split(";"):
@@ -140,15 +250,26 @@ class Store:
             self.con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def transaction(self):
+        """``with store.transaction() as con:`` one ``BEGIN IMMEDIATE`` transaction; an error in it
+        (ours or SQLite's) rolls it back and reaches the caller as a :class:`MuxhostError`."""
         store = self
 
         class _Tx:
             def __enter__(self):
-                store.con.execute("BEGIN IMMEDIATE")
+                with store._errors():
+                    store.con.execute("BEGIN IMMEDIATE")
                 return store.con
 
             def __exit__(self, exc_type, exc, tb):
-                store.con.execute("ROLLBACK" if exc_type else "COMMIT")
+                with store._errors():
+                    try:
+                        if exc_type is None:
+                            store.con.execute("COMMIT")
+                    finally:  # the body or COMMIT failed (SQLite may have rolled back already: a full disk)
+                        if store.con.in_transaction:
+                            store.con.execute("ROLLBACK")
+                    if isinstance(exc, (sqlite3.Error, OSError)):
+                        raise exc
                 return False
 
         return _Tx()
@@ -180,14 +301,49 @@ class Store:
         return rec
 
     def get(self, record_id: str) -> Record | None:
-        row = self.con.execute("SELECT * FROM records WHERE id = ?", (record_id,)).fetchone()
-        return Record.from_row(row) if row else None
+        with self._errors():
+            row = self.con.execute("SELECT * FROM records WHERE id = ?", (record_id,)).fetchone()
+        return self._record(row) if row else None
 
     def all(self) -> list[Record]:
-        return [Record.from_row(r) for r in self.con.execute("SELECT * FROM records ORDER BY created_at, id")]
+        with self._errors():
+            rows = self.con.execute("SELECT * FROM records ORDER BY created_at, id").fetchall()
+        return [self._record(r) for r in rows]
+
+    def _record(self, row: sqlite3.Row) -> Record:
+        try:
+            return Record.from_row(row)
+        except (ValueError, TypeError, KeyError) as e:
+            raise MuxhostError(f"{self.path}: record {dict(row).get('id')} is damaged ({type(e).__name__}: {e}); "
+                               f"move the file aside to start afresh") from e
 
     def __iter__(self) -> Iterator[Record]:
         return iter(self.all())
 
     def close(self) -> None:
-        self.con.close()
+        with self._errors():
+            self.con.close()
+
+
+def _disk_full(path: Path) -> bool:
+    try:
+        return os.statvfs(path.parent).f_bavail == 0
+    except OSError:
+        return False
+
+
+def _os_error(e: OSError, path: Path, doing: str = "") -> MuxhostError:
+    """One line for an OS error on a store file or folder."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return MuxhostError(f"{path}: no space left on device{' ' + doing if doing else ''}; free some space, "
+                            f"then try again")
+    if e.errno == errno.EROFS:
+        return MuxhostError(f"{path}: on a read-only file system; set MUXHOST_STATE_DIR to a writable folder")
+    if e.errno == errno.EISDIR:
+        return MuxhostError(f"{path}: is a folder, not a database file; move it aside (muxhost then starts "
+                            f"a new state.db)")
+    if e.errno in (errno.ENOTDIR, errno.EEXIST):
+        return MuxhostError(f"{path}: a file stands where a folder belongs; move it aside, or set "
+                            f"MUXHOST_STATE_DIR to a folder for muxhost's records")
+    return MuxhostError(f"{path}: {e.strerror or e}{' ' + doing if doing else ''}; check the file and its "
+                        f"folder, then try again")

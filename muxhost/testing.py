@@ -185,6 +185,37 @@ def mux(server, tmp_path):
     m.reap()
 
 
+def install_plugin(folder: Path, dist: str, module: str, source: str, version: str = "1.0") -> dict[str, str]:
+    """Build the plugin package ``dist`` (one module ``module`` holding ``source``, entry point
+    ``muxhost: module = module``) and pip-install it into ``folder/site`` as a user would install
+    it. Returns the environment that makes the CLI load it and only it (``mux.run(..., env=...)``):
+    ``PYTHONPATH`` with the site first (the caller's own path kept behind it) and
+    ``MUXHOST_LOAD_PLUGINS``."""
+    import textwrap
+
+    pkg = Path(folder) / dist
+    pkg.mkdir(parents=True)
+    (pkg / "pyproject.toml").write_text(textwrap.dedent(f'''
+        [build-system]
+        requires = ["setuptools>=64"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "{dist}"
+        version = "{version}"
+        dependencies = ["muxhost"]
+
+        [project.entry-points.muxhost]
+        {module} = "{module}"
+    '''))
+    (pkg / f"{module}.py").write_text(source)
+    site = Path(folder) / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--target", str(site), str(pkg)], check=True)
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path, "MUXHOST_LOAD_PLUGINS": module}
+
+
 def agent_binary(name: str) -> str:
     """The real agent CLI ``name``: from ``$MUXHOST_AGENT_BIN_DIR`` (set by .ci/run), else PATH.
     Missing: a failure in CI (``CI=true``), a skip that says why elsewhere."""

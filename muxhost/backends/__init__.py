@@ -7,9 +7,10 @@ its session. The host never talks to tmux (or herdr) directly.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 RECORD_OPTION = "@muxhost_record"
 AGENT_OPTION = "@muxhost_agent"
@@ -70,6 +71,14 @@ class Backend(ABC):
 
     @abstractmethod
     def kill_session(self, session_id: str) -> None: ...
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Within the block, :meth:`type_text`, :meth:`send_keys`, :meth:`kill_pane` and
+        :meth:`kill_session` may be queued and sent together when it ends (one round trip for many
+        panes: the stop ladder of many agents). Errors of queued actions are not raised. By
+        default each action runs at once."""
+        yield
 
     def message(self, text: str, pane_id: str | None = None, client: str | None = None) -> None:
         """Show a short message to the user (tmux: display-message). Optional."""

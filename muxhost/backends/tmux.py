@@ -6,11 +6,12 @@ process and one process-table scan, whatever the number of records.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
 import subprocess
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from muxhost.backends import AGENT_OPTION, RECORD_OPTION, Backend, PaneInfo
 from muxhost.errors import MuxhostError, NotFound, UsageError
@@ -39,6 +40,7 @@ class TmuxBackend(Backend):
     def __init__(self, socket_name: str | None = None, config=None):
         self.socket_name = socket_name
         self.tmux_bin = shutil.which("tmux")
+        self._queue: list[list[str]] | None = None  # commands of an open batch()
         self._server = None
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -181,20 +183,48 @@ class TmuxBackend(Backend):
             raise MuxhostError(f"pane {pane_id} vanished after respawn")
         return info
 
+    def _act(self, *args: str, check: bool = True) -> None:
+        """One action, or queued while a :meth:`batch` is open."""
+        if self._queue is not None:
+            self._queue.append(list(args))
+        else:
+            self._run(*args, check=check)
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Keys, text and kills inside run as ONE tmux command list on exit (50 panes, one tmux
+        process). tmux drops the rest of a list after a failing command (a pane that went
+        meanwhile), so then each command runs again on its own, errors ignored."""
+        if self._queue is not None:
+            yield
+            return
+        self._queue = []
+        try:
+            yield
+        finally:
+            queued, self._queue = self._queue, None
+            if queued:
+                joined: list[str] = []
+                for args in queued:
+                    joined += ([";"] if joined else []) + args
+                if self._run(*joined, check=False, fast=True).returncode != 0:
+                    for args in queued:
+                        self._run(*args, check=False, fast=True)
+
     def type_text(self, pane_id, text):
-        self._run("send-keys", "-t", pane_id, "-l", text)
+        self._act("send-keys", "-t", pane_id, "-l", text)
 
     def send_keys(self, pane_id, *keys):
-        self._run("send-keys", "-t", pane_id, *keys)
+        self._act("send-keys", "-t", pane_id, *keys)
 
     def capture(self, pane_id):
         return self._run("capture-pane", "-p", "-J", "-S", "-", "-t", pane_id).stdout
 
     def kill_pane(self, pane_id):
-        self._run("kill-pane", "-t", pane_id, check=False)
+        self._act("kill-pane", "-t", pane_id, check=False)
 
     def kill_session(self, session_id):
-        self._run("kill-session", "-t", session_id, check=False)
+        self._act("kill-session", "-t", session_id, check=False)
 
     def message(self, text, pane_id=None, client=None):
         args = ["display-message"]

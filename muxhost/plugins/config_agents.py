@@ -36,6 +36,7 @@ class ConfigAgent(Agent):
         self.exit_text = entry.get("exit_text", "/exit")
         self.process_names = tuple(entry.get("process_names") or (os.path.basename(self.command[0]),))
         self.id_pattern = entry.get("id_pattern") or UUID_PATTERN
+        self.install_hint = f"check agents.{name}.command in the config"
 
     @staticmethod
     def _fill(argv: list[str], conversation_id: str) -> list[str]:

@@ -422,6 +422,7 @@ class ClaudeAgent(muxhost.Agent):
     """Claude Code."""
 
     name = "claude"
+    install_hint = "npm install -g @anthropic-ai/claude-code, or set agents.claude.binary in config.yaml"
     process_names = ("claude", "claude.exe")
     resident_children = ()
     exit_text = "/exit"

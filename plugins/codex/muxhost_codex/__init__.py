@@ -449,6 +449,7 @@ class CodexAgent(Agent):
     """The OpenAI Codex CLI (TUI) as a muxhost agent."""
 
     name = "codex"
+    install_hint = "npm install -g @openai/codex, or set agents.codex.binary in config.yaml"
     #: the node wrapper (``node …/bin/codex``, matched by its script name) and the native ``codex``
     process_names = ("codex", "codex.js")
     #: the native binary under the node wrapper is the agent itself, not work it runs

@@ -85,6 +85,7 @@ RESIDENT_CHILDREN = ("git", *LSP_SERVERS)
 
 class OpenCodeAgent(Agent):
     name = "opencode"
+    install_hint = "npm install -g opencode-ai, or set agents.opencode.binary in config.yaml"
     process_names = ("opencode", "opencode.exe")
     #: the TUI and its server are one process; what it starts for itself: language servers, git
     resident_children = RESIDENT_CHILDREN
