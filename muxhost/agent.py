@@ -184,10 +184,28 @@ class Agent:
 
         return argv_holders(conversation_id)
 
-    def artifacts(self, ctx: AgentContext, conversation_id: str) -> list[str]:
-        """What is on disk for the conversation now: paths (absolute or ``~/``) and rows (``table:id``)."""
+    def children(self, ctx: AgentContext, conversation_id: str) -> list[str]:
+        """The conversation's direct child conversations (sub-agents, forks). The host walks them at
+        every depth, asks :meth:`artifacts` for each, and refuses a purge while any is in use."""
+        return []
+
+    def roots(self, ctx: AgentContext) -> list[Path]:
+        """The folders the agent keeps its files in: every path of a typed purge plan must lie
+        inside one (after symlinks). Default: its data, config, state and cache homes; a plugin whose
+        agent keeps files elsewhere (``~/.claude``) adds them."""
+        return [ctx.data_home(), ctx.config_home(), ctx.state_home(), ctx.cache_home()]
+
+    def artifacts(self, ctx: AgentContext, conversation_id: str) -> list:
+        """Where the conversation (not its children: see :meth:`children`) has bytes on disk.
+
+        Return typed artifacts (:mod:`muxhost.artifacts`: ``File``, ``Dir``, ``Rows``, ``Lines``,
+        ``JsonMember``, ``Command``, ``Leftover``) and the host prints the plan, removes them in its
+        fixed order and computes the residual — no :meth:`purge` needed. Older plugins return strings
+        (paths as absolute or ``~/`` paths, rows as ``table:id``) and implement :meth:`purge`."""
         return []
 
     def purge(self, ctx: AgentContext, conversation_id: str) -> list[str]:
-        """Remove every artifact of the conversation and its child conversations; return what went."""
+        """For plugins whose :meth:`artifacts` returns strings: remove every artifact of the
+        conversation and its child conversations; return what went. (With typed artifacts the host
+        does this itself and never calls it.)"""
         raise NotImplementedError(f"agent {self.name!r} cannot purge a conversation")

@@ -331,8 +331,19 @@ def _purge_key(host, args) -> int:
             backend.set_pane_option(args.pane, keys.AGENT_OPTION, loc.agent.name)
             backend.set_pane_option(args.pane, keys.CONVERSATION_OPTION, loc.conversation_id)
             return 0
-        report = host.purge_pane(args.pane, stop=args.stop, confirm=None)
-        backend.message(keys.summary(report), client=args.client)
+        # the client off the agent's session before the ladder ends it (tmux would detach the client)
+        held = keys.move_client_first(host, backend, args.pane, args.client) if args.stop and args.client else None
+        text = "muxhost: the purge failed"
+        try:
+            report = host.purge_pane(args.pane, stop=args.stop, confirm=None)
+            text = keys.summary(report)
+        except MuxhostError as e:
+            text = f"muxhost: {e}"
+            raise
+        finally:
+            if held:
+                backend.show_held(held, text)
+        backend.message(text, client=args.client)  # where the client is now
         return INCOMPLETE if report.residual else 0
     except MuxhostError as e:  # said in tmux; nothing on stdout/stderr for run-shell to show
         backend.message(f"muxhost: {e}", client=args.client)

@@ -738,11 +738,13 @@ class Host:
             live = self.live(rec, self.view([rec]), agent, check_resumable=False)
             if live.state in ("running", "exited", "starting"):
                 self.stop(rec)
-        holders = self._holders(agent, ctx, conversation_id)
-        if holders:
-            raise Refused(f"conversation {conversation_id} is in use: " + "; ".join(holders))
+        from muxhost import plans
+
+        members = self._family(agent, ctx, conversation_id)
+        self._refuse_held(agent, ctx, conversation_id, members)
         report = PurgeReport(agent=agent.name, conversation_id=conversation_id, record=rec.id if rec else None)
-        report.plan = list(agent.artifacts(ctx, conversation_id))
+        items, legacy = self._plan(agent, ctx, members)
+        report.plan = plans.labels(items) if items is not None else legacy
         if not report.plan:
             raise NotFound(f"nothing to purge: conversation {conversation_id} of agent {agent.name} has no artifacts")
         if dry_run:
@@ -752,22 +754,70 @@ class Host:
         if confirm is not None:
             if not confirm(report):
                 raise Refused("purge cancelled")
-            holders = self._holders(agent, ctx, conversation_id)  # the answer may have taken minutes
-            if holders:
-                raise Refused(f"conversation {conversation_id} is in use: " + "; ".join(holders))
+            # the answer may have taken minutes: who holds it now, and what is there now
+            members = self._family(agent, ctx, conversation_id)
+            self._refuse_held(agent, ctx, conversation_id, members)
+            items, legacy = self._plan(agent, ctx, members)
         reason = self.pm.hook.muxhost_purge_veto(agent=agent.name, conversation_id=conversation_id,
                                                  artifacts=list(report.plan))
         if reason is not None:
             raise Refused(f"purge vetoed: {reason}")
-        try:
-            report.removed = list(agent.purge(ctx, conversation_id))
-        except NotImplementedError as e:
-            raise UsageError(str(e) or f"agent {agent.name!r} cannot purge") from None
-        report.residual = list(agent.artifacts(ctx, conversation_id))
+        if items is not None:  # typed artifacts: the host carries the plan out
+            ran = plans.carry_out(items, ctx, ctx.notes)
+            after, _ = self._plan(agent, ctx, self._family(agent, ctx, conversation_id), members)
+            left = {i.key for i in after or []}
+            report.removed = ran + [i.label for i in items
+                                    if i.key not in left and i.artifact.kind not in ("command", "leftover")]
+            report.residual = [i.label for i in after or [] if i.artifact.kind != "command"]
+        else:
+            try:
+                report.removed = list(agent.purge(ctx, conversation_id))
+            except NotImplementedError as e:
+                raise UsageError(str(e) or f"agent {agent.name!r} cannot purge") from None
+            report.residual = list(agent.artifacts(ctx, conversation_id))
         report.notes = list(ctx.notes)
         self.pm.hook.muxhost_conversation_purged(agent=agent.name, conversation_id=conversation_id,
                                                  report=report.to_dict())
         return report
+
+    def _family(self, agent: Agent, ctx: AgentContext, conversation_id: str) -> list[str]:
+        from muxhost import plans
+
+        try:
+            return plans.family(agent, ctx, conversation_id)
+        except MuxhostError:
+            raise
+        except Exception as e:  # fail closed: a family we cannot see cannot be purged
+            raise Refused(f"cannot tell the child conversations of {conversation_id} "
+                          f"({agent.name}.children: {type(e).__name__}: {e}); nothing was removed") from None
+
+    def _refuse_held(self, agent: Agent, ctx: AgentContext, conversation_id: str, members: list[str]) -> None:
+        """Exit 4 when the conversation or any conversation of its family is held."""
+        holders = []
+        for member in members:
+            label = "" if member == conversation_id else f"child conversation {member}: "
+            holders += [label + h for h in self._holders(agent, ctx, member)]
+        if holders:
+            raise Refused(f"conversation {conversation_id} is in use: " + "; ".join(holders))
+
+    def _plan(self, agent: Agent, ctx: AgentContext, members: list[str],
+              also: Iterable[str] = ()) -> tuple[list | None, list[str]]:
+        """The plan: typed items (the host carries them out), or the strings of an older plugin."""
+        from muxhost import plans
+
+        wanted = list(dict.fromkeys([*members, *also]))
+        results = {m: list(agent.artifacts(ctx, m) or []) for m in wanted}
+        typed = [plans.is_typed(r) for r in results.values() if r]
+        if typed and all(typed):
+            return plans.build(agent, ctx, wanted, results), []
+        if any(typed):
+            raise MuxhostError(f"agent {agent.name!r}: artifacts() returns typed artifacts for some conversations "
+                               "and strings for others")
+        legacy = []
+        for m in wanted:
+            suffix = "" if m == wanted[0] or not results[m] else f" [child conversation {m}]"
+            legacy += [f"{a}{suffix}" for a in results[m]]
+        return None, legacy
 
     def _record_for(self, agent: str, conversation_id: str) -> Record | None:
         matches = [r for r in self.store.all() if r.agent == agent and r.conversation_id == conversation_id]

@@ -8,6 +8,9 @@ The printed tmux lines do three things, all inside the key's own tmux command qu
 2. ``confirm-before`` asks, naming that agent and conversation.
 3. On "y", ``run-shell`` (not ``-b``: the ladder runs to completion in this process) runs
    ``muxhost purge --pane %N --stop --yes --tmux-message``, which reports back with ``display-message``.
+   When the agent's session goes with the agent (muxhost's own session, the default), the client is
+   first moved off it (:func:`move_client_first`): tmux would detach it, and the user would land in
+   their shell without seeing the outcome.
 """
 
 from __future__ import annotations
@@ -58,6 +61,26 @@ bind-key {key} if-shell {_tmux_quoted(prepare)} {{
     run-shell {_tmux_quoted(purge)}
   }}
 }}"""
+
+
+def move_client_first(host, backend, pane_id: str, client: str) -> str | None:
+    """Before the ladder: if the session of ``pane_id`` will go with the agent (every pane of it is
+    the record's, or its one pane's process is a hand-started agent itself), move ``client`` off it
+    (``Backend.move_client_off``). An agent started in the user's shell leaves the pane: nothing to
+    do. Returns the holding pane made when there was no other session to go to, or None."""
+    loc = host.locate(pane_id)
+    pane = loc.pane
+    if loc.rec is not None and loc.rec.state != "stopped":
+        rid = loc.rec.id
+    elif loc.rec is None and loc.proc is not None and loc.proc.pid == pane.pid:
+        rid = None
+    else:
+        return None
+    if any(p.pane_id != pane.pane_id and (rid is None or p.record != rid)
+           for p in backend.snapshot() or [] if p.session_id == pane.session_id):
+        return None  # other panes keep the session
+    return backend.move_client_off(client, pane.session_id, f"muxhost: stopping the {loc.agent.name} agent "
+                                   f"and purging its conversation {loc.conversation_id} ...")
 
 
 def summary(report) -> str:

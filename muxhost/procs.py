@@ -16,6 +16,9 @@ from typing import Iterable
 import psutil
 
 RECORD_ENV = "MUXHOST_RECORD"
+# what reading a process that is exiting can raise: psutil's errors, and (seen on Linux) an
+# IndexError or ValueError when /proc/<pid>/stat is read half written
+_GONE = (psutil.Error, OSError, IndexError, ValueError)
 _CT_TOLERANCE = 0.01  # seconds; create times come from clock ticks
 
 
@@ -37,7 +40,7 @@ class Proc:
                 ps = psutil.Process(self.pid)
                 same = abs(ps.create_time() - self.create_time) <= _CT_TOLERANCE
                 self._cmdline = tuple(ps.cmdline()) if same else ()
-            except psutil.Error:
+            except _GONE:
                 self._cmdline = ()
         return self._cmdline
 
@@ -100,8 +103,12 @@ class ProcessTable:
         is read when first asked for)."""
         procs: dict[int, Proc] = {}
         attrs = ["pid", "ppid", "create_time", "name"] + (["cmdline"] if cmdlines else [])
-        for p in psutil.process_iter(attrs):
-            proc = _proc_from_info(p.info)
+        for p in psutil.process_iter():
+            try:
+                info = p.as_dict(attrs)
+            except _GONE:  # a process exiting while it is read: not in the table
+                continue
+            proc = _proc_from_info(info)
             if proc is not None:
                 procs[proc.pid] = proc
         return cls(procs)
@@ -213,10 +220,10 @@ def same_process(pid: int, create_time: float) -> bool:
         if abs(p.create_time() - create_time) > _CT_TOLERANCE:
             return False
         return p.status() != psutil.STATUS_ZOMBIE
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return False
     except psutil.AccessDenied:
         return True  # it exists; we cannot tell more
+    except _GONE:
+        return False
 
 
 def signal_if_same(pid: int, create_time: float, sig: int) -> bool:
@@ -228,9 +235,7 @@ def signal_if_same(pid: int, create_time: float, sig: int) -> bool:
             return False
         p.send_signal(sig)
         return True
-    except (psutil.NoSuchProcess, psutil.ZombieProcess, ProcessLookupError):
-        return False
-    except psutil.AccessDenied:
+    except (_GONE, ProcessLookupError):
         return False
 
 

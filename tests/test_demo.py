@@ -28,8 +28,10 @@ def test_demo_program_answers_resumes_and_makes_children(tmp_path):
     assert "turn 2" in r.stdout
     ctx = AgentContext(home=str(tmp_path), env={"HOME": str(tmp_path)})
     agent = DemoAgent()
-    family = agent.family(ctx, cid)
-    assert family[0] == cid and len(family) == 3
+    from muxhost import plans
+
+    family = plans.family(agent, ctx, cid)  # the host walks the plugin's children() at every depth
+    assert family[0] == cid and len(family) == 3 and agent.children(ctx, family[2]) == []
     assert agent.exists(ctx, cid) and agent.in_use(ctx, cid) == []
     assert run_demo(tmp_path, "--resume", "b" * 32).returncode == 1
     assert run_demo(tmp_path, "--resume", "../x").returncode == 2

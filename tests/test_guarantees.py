@@ -338,8 +338,11 @@ def test_a_shared_file_is_rewritten_only_under_its_lock_and_keeps_lines_written_
                                  env=mux.env, cwd=str(mux.home), stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            wait_for(lambda: not (root / "conversations" / f"{gone['conversation_id']}.jsonl").exists(),
-                     what="the purge to reach the shared history")
+            # the purge holds its conversation's lock, then (the host's fixed order: shared files
+            # before files) waits for ours on the history
+            wait_for(lambda: any("purge pid" in p.read_text() for p in (mux.state_dir / "locks").glob("*.lock")),
+                     what="the purge to begin")
+            time.sleep(1.0)
             f.write(appended.encode())
             f.flush()
             mux.type(stays["pane"], "typed meanwhile")  # its history line waits for the lock too

@@ -2,6 +2,7 @@
 the printed bindings loaded, prefix + P pressed and the prompt answered."""
 import json
 import os
+import sys
 from pathlib import Path
 
 import psutil
@@ -20,14 +21,8 @@ def conv(mux, cid) -> Path:
     return demo_root(mux) / "conversations" / f"{cid}.jsonl"
 
 
-@pytest.fixture
-def keyed(mux, tmp_path):
-    """Bindings printed by `muxhost tmux-bindings`, loaded into the test's tmux server, and a
-    client attached to a session `main` whose first pane is a plain shell."""
-    neighbour = mux.ok("launch", "demo", "--json")  # starts the server with the test's environment
-    mux.wait_screen(neighbour["pane"], "demo>")
-    mux.type(neighbour["pane"], "a neighbour's words")
-    mux.wait_screen(neighbour["pane"], "turn 1")
+def load_bindings(mux, tmp_path) -> None:
+    """The lines printed by `muxhost tmux-bindings`, loaded into the test's tmux server."""
     lines = mux.ok("tmux-bindings")
     assert "confirm-before" in lines and "run-shell" in lines and "--stop --yes" in lines
     assert "purge --pane '#{pane_id}'" in lines and os.path.isabs(lines.split('if-shell "')[1].split()[0])
@@ -35,11 +30,45 @@ def keyed(mux, tmp_path):
     conf.write_text(lines)
     r = mux.server.cmd("source-file", str(conf))
     assert r.returncode == 0, r.stderr
+
+
+def attach(mux, target) -> TmuxClient:
+    """A real client, as `tmux attach -t TARGET` in a terminal."""
+    return TmuxClient(mux.socket, target, dict(mux.env, TERM="xterm-256color"))
+
+
+def session_of(mux, client) -> str | None:
+    """The session the client is on, as `tmux list-clients` shows it (None: not attached)."""
+    for line in mux.tmux("list-clients", "-F", "#{client_pid} #{session_name}"):
+        pid, _, name = line.partition(" ")
+        if int(pid) == client.pid:
+            return name
+    return None
+
+
+def still_running(client) -> bool:
+    return os.waitpid(client.pid, os.WNOHANG) == (0, 0)
+
+
+@pytest.fixture
+def bound(mux, tmp_path):
+    """A neighbour agent in its own session (it starts the server with the test's environment)
+    and the bindings loaded."""
+    neighbour = mux.ok("launch", "demo", "--json")
+    mux.wait_screen(neighbour["pane"], "demo>")
+    mux.type(neighbour["pane"], "a neighbour's words")
+    mux.wait_screen(neighbour["pane"], "turn 1")
+    load_bindings(mux, tmp_path)
+    return neighbour
+
+
+@pytest.fixture
+def keyed(mux, bound):
+    """`bound`, and a client attached to a session `main` whose first pane is a plain shell."""
     mux.server.cmd("new-session", "-d", "-s", "main", "-x", "200", "-y", "40", "--", "/bin/sh")
-    env = dict(mux.env, TERM="xterm-256color")
-    client = TmuxClient(mux.socket, "main", env)
+    client = attach(mux, "main")
     client.wait_text("[main]", timeout=10)
-    yield neighbour, client
+    yield bound, client
     client.close()
 
 
@@ -77,12 +106,13 @@ def test_key_purges_a_launched_agents_conversation(mux, keyed):
     assert shown["state"] == "stopped" and shown["outcome"] == "exit"
     assert all(not psutil.pid_exists(p) for p in rec["pids"])
     assert mux.ok("show", neighbour["id"], "--json")["state"] == "running"
+    assert still_running(client) and session_of(mux, client) == "main"  # its session stayed: so did it
 
 
 def test_key_purges_an_agent_started_by_hand_in_a_shell(mux, keyed):
     neighbour, client = keyed
     shell_pane = mux.tmux("display-message", "-p", "-t", "main:0", "#{pane_id}")[0]
-    demo = Path(os.environ.get("VIRTUAL_ENV", "")) / "bin" / "muxhost-demo"
+    demo = Path(sys.executable).parent / "muxhost-demo"
     demo = str(demo) if demo.exists() else "muxhost-demo"
     mux.type(shell_pane, f"HOME={mux.home} {demo}")  # typed into the shell, as a user would
     mux.wait_screen(shell_pane, "demo>")
@@ -106,6 +136,7 @@ def test_key_purges_an_agent_started_by_hand_in_a_shell(mux, keyed):
     assert shell_pane in mux.tmux("list-panes", "-a", "-F", "#{pane_id}")
     history = (demo_root(mux) / "history.jsonl").read_text().splitlines()
     assert [json.loads(h)["conversation"] for h in history] == [neighbour["conversation_id"]]
+    assert still_running(client) and session_of(mux, client) == "main"
 
 
 def test_answering_no_touches_nothing(mux, keyed):
@@ -134,3 +165,75 @@ def test_a_pane_with_no_agent_says_so_and_touches_nothing(mux, keyed):
     assert {p: p.read_bytes() for p in demo_root(mux).rglob("*") if p.is_file()} == before
     r = mux.run("purge", "--pane", shell_pane, "--yes")
     assert r.rc == 3 and "no agent in pane" in r.err
+
+
+def purge_own_session(mux, client, rec) -> str:
+    """Prefix + P and "y" in the agent's own session (the one `muxhost launch` made); the text the
+    client's terminal showed from the "y" on."""
+    cid = rec["conversation_id"]
+    press_purge(client, f"purge the demo conversation {cid} for good? (y/n)")
+    mark = client.mark()
+    client.press(b"y")
+    client.wait_text(f"muxhost: purged the demo conversation {cid} (2 items)", since=mark)
+    assert not conv(mux, cid).exists()
+    assert mux.ok("show", rec["id"], "--json")["state"] == "stopped"
+    assert rec["session"] not in mux.tmux("list-sessions", "-F", "#{session_name}")  # the ladder killed it
+    return client.text_since(mark)
+
+
+def launched(mux) -> dict:
+    rec = mux.ok("launch", "demo", "--json")
+    mux.wait_screen(rec["pane"], "demo>")
+    mux.type(rec["pane"], "my words")
+    mux.wait_screen(rec["pane"], "turn 1")
+    return rec
+
+
+def test_key_in_the_agents_own_session_takes_the_client_back_to_its_previous_session(mux, keyed):
+    neighbour, client = keyed
+    rec = launched(mux)
+    client_name = mux.tmux("list-clients", "-F", "#{client_name}")[0]
+    mux.tmux("switch-client", "-c", client_name, "-t", rec["session"])  # the user goes to the agent
+    wait_for(lambda: session_of(mux, client) == rec["session"], what="the client on the agent's session")
+    mux.tmux("new-session", "-d", "-s", "later", "--", "/bin/sh")  # newer, but not where the user was
+    seen = purge_own_session(mux, client, rec)
+    assert "[exited]" not in seen
+    assert still_running(client) and session_of(mux, client) == "main"
+    assert mux.ok("show", neighbour["id"], "--json")["state"] == "running"
+
+
+def test_key_in_the_agents_own_session_attached_directly_moves_to_another_session(mux, bound):
+    neighbour = bound
+    rec = launched(mux)
+    client = attach(mux, rec["session"])  # `tmux attach -t demo-…`: no previous session
+    try:
+        client.wait_text("turn 1", timeout=10)
+        seen = purge_own_session(mux, client, rec)
+        assert "[exited]" not in seen
+        assert still_running(client) and session_of(mux, client) == neighbour["session"]
+        assert mux.ok("show", neighbour["id"], "--json")["state"] == "running"
+    finally:
+        client.close()
+
+
+def test_key_in_the_only_session_keeps_a_pane_that_shows_the_outcome(mux, tmp_path):
+    rec = launched(mux)  # the server's one session
+    load_bindings(mux, tmp_path)
+    client = attach(mux, rec["session"])
+    try:
+        client.wait_text("turn 1", timeout=10)
+        seen = purge_own_session(mux, client, rec)
+        assert "[exited]" not in seen
+        held = session_of(mux, client)
+        assert still_running(client) and held not in (None, rec["session"])
+        pane, pid, record = mux.tmux("list-panes", "-s", "-t", held, "-F",
+                                     "#{pane_id} #{pane_pid} #{@muxhost_record}")[0].split(" ")
+        text = f"muxhost: purged the demo conversation {rec['conversation_id']} (2 items)"
+        mux.wait_screen(pane, text)
+        assert "press any key to close" in mux.capture(pane)
+        assert record == "" and [r["id"] for r in mux.ok("ls", "--all", "--json")] == [rec["id"]]  # no record
+        client.press(b"q")  # the user has read it
+        wait_for(lambda: not still_running(client), what="the client to end with the holding pane")
+        wait_for(lambda: not psutil.pid_exists(int(pid)), what="the holding pane's process to end")
+    finally:
+        client.close()

@@ -89,3 +89,14 @@ class Backend(ABC):
     def where(self) -> str:
         """This server, for messages ("socket 'agents'")."""
         return self.name
+
+    def move_client_off(self, client: str, session_id: str, text: str) -> str | None:
+        """Before session ``session_id`` goes away: if the user's ``client`` is on it, move the client
+        to the session it was on before (else the most recently used other one), or, when there is
+        none, to a holding pane (not a record) that shows ``text``. Returns that holding pane's id
+        (for :meth:`show_held`), or None. Optional: a backend without clients does nothing."""
+        return None
+
+    def show_held(self, pane_id: str, text: str) -> None:
+        """Replace the text of a holding pane made by :meth:`move_client_off` (the outcome); the pane
+        stays until the user presses a key, then closes. Optional."""

@@ -236,3 +236,47 @@ class TmuxBackend(Backend):
 
     def set_pane_option(self, pane_id: str, name: str, value: str) -> None:
         self._run("set-option", "-p", "-t", pane_id, name, value, fast=True)
+
+    # -- keeping a client in tmux while its session goes (the purge key) ---------------------------
+    def _client_session(self, client: str) -> str | None:
+        p = self._run("list-clients", "-F", f"#{{client_name}}{SEP}#{{session_id}}", check=False, fast=True)
+        return next((s for c, _, s in (ln.partition(SEP) for ln in p.stdout.splitlines()) if c == client), None)
+
+    def move_client_off(self, client: str, session_id: str, text: str) -> str | None:
+        """``switch-client -l``, else the most recently active other session; with no other session,
+        a new session ``muxhost-purge`` whose one pane prints ``text`` and waits (the server would
+        end with its last session, and the client with it). That pane is no record and carries no
+        option of ours; it ends after an hour if nobody calls :meth:`show_held`."""
+        if self._client_session(client) != session_id:
+            return None
+        p = self._run("switch-client", "-c", client, "-l", check=False, fast=True)
+        if p.returncode == 0 and self._client_session(client) != session_id:
+            return None
+        p = self._run("list-sessions", "-F", SEP.join(("#{session_activity}", "#{session_id}", "#{session_name}")),
+                      check=False, fast=True)
+        sessions = sorted((ln.split(SEP) for ln in p.stdout.splitlines() if ln.count(SEP) == 2),
+                          key=lambda s: -int(s[0]) if s[0].isdigit() else 0)
+        for _, sid, _ in sessions:
+            if sid == session_id:
+                continue
+            self._run("switch-client", "-c", client, "-t", sid, check=False, fast=True)
+            if self._client_session(client) == sid:
+                return None
+        names = {s[2] for s in sessions}
+        name = next(n for n in ("muxhost-purge", *(f"muxhost-purge-{i}" for i in range(2, 1000))) if n not in names)
+        wait = 'stty -echo 2>/dev/null; printf "%s\\n" "$1"; exec sleep 3600'  # keys typed now are not read
+        p = self._run("new-session", "-d", "-s", name, "-n", "muxhost", "-P", "-F",
+                      f"#{{session_id}}{SEP}#{{pane_id}}", "--", "/bin/sh", "-c", wait, "sh", text, fast=True)
+        sid, _, pane_id = p.stdout.strip().partition(SEP)
+        # it closes with its last key, whatever the user's remain-on-exit; then go on to any session
+        self._run("set-option", "-p", "-t", pane_id, "remain-on-exit", "off", ";",
+                  "set-option", "-t", sid, "detach-on-destroy", "off", check=False, fast=True)
+        self._run("switch-client", "-c", client, "-t", sid, fast=True)
+        return pane_id
+
+    def show_held(self, pane_id: str, text: str) -> None:
+        """The holding pane prints ``text`` on a clean screen, then closes on any key."""
+        show = ('printf "\\033[H\\033[2J%s\\n\\n(press any key to close) " "$1"; '
+                'stty -icanon -echo min 1 2>/dev/null; dd bs=1 count=1 >/dev/null 2>&1')
+        self._run("respawn-pane", "-k", "-t", pane_id, "--", "/bin/sh", "-c", show, "sh", text,
+                  check=False, fast=True)

@@ -15,8 +15,9 @@ import uuid
 from pathlib import Path
 
 import muxhost
-from muxhost import fsutil, procs
+from muxhost import procs
 from muxhost.agent import Agent, AgentContext, Launch
+from muxhost.artifacts import File, Lines
 from muxhost.demo_agent import ID_PATTERN
 
 
@@ -61,14 +62,10 @@ class DemoAgent(Agent):
                 out[path.stem] = meta.get("parent")
         return out
 
-    def family(self, ctx: AgentContext, cid: str) -> list[str]:
-        """The conversation and its descendants at every depth (parent first)."""
-        parents = self._parents(ctx)
-        out, frontier = [cid], [cid]
-        while frontier:
-            frontier = [c for c, p in parents.items() if p in frontier and c not in out]
-            out += frontier
-        return out
+    def children(self, ctx: AgentContext, conversation_id: str) -> list[str]:
+        """The conversations whose first line names this one as their parent (the host walks them
+        at every depth)."""
+        return sorted(c for c, p in self._parents(ctx).items() if p == conversation_id)
 
     def _live(self, ctx: AgentContext) -> list[dict]:
         entries = []
@@ -121,65 +118,25 @@ class DemoAgent(Agent):
         return self._conv(ctx, conversation_id).is_file()
 
     def in_use(self, ctx: AgentContext, conversation_id: str) -> list[str]:
-        family = set(self.family(ctx, conversation_id))
-        holders = []
+        # (the host asks for every conversation of the family, and about its own records itself)
         table = ctx.process_table()
+        holders = []
         for entry in self._live(ctx):
-            if entry.get("conversation") in family and self._alive(entry):
+            if entry.get("conversation") == conversation_id and self._alive(entry):
                 p = table.get(entry["pid"])
                 holders.append(p.describe() if p else f"pid {entry['pid']} muxhost-demo")
-        for cid in family:
-            holders += [h for h in procs.argv_holders(cid, table) if h not in holders]
-        return holders
+        return holders + [h for h in procs.argv_holders(conversation_id, table) if h not in holders]
 
-    def artifacts(self, ctx: AgentContext, conversation_id: str) -> list[str]:
-        out = []
-        family = self.family(ctx, conversation_id)
-        for cid in family:
-            path = self._conv(ctx, cid)
-            if path.exists():
-                suffix = "" if cid == conversation_id else f" [child conversation {cid}]"
-                out.append(ctx.expand(path) + suffix)
-        history = self.root(ctx) / "history.jsonl"
-        n = self._history_lines(history, set(family))
-        if n:
-            out.append(f"{ctx.expand(history)}: {n} line{'s' if n != 1 else ''}")
-        for entry in self._live(ctx):  # stale registry entries of dead processes
-            if entry.get("conversation") in family:
-                out.append(ctx.expand(entry["_path"]))
-        return out
+    def artifacts(self, ctx: AgentContext, conversation_id: str) -> list:
+        # typed: the host checks each is there, prints the plan, removes them and reads the residual
+        stale = [File(e["_path"]) for e in self._live(ctx)
+                 if e.get("conversation") == conversation_id and not self._alive(e)]
+        return [File(self._conv(ctx, conversation_id)),
+                Lines(self.root(ctx) / "history.jsonl", key="conversation", value=conversation_id),
+                *stale]
 
-    @staticmethod
-    def _line_names(line: bytes, ids: set[str]) -> bool:
-        try:
-            return json.loads(line).get("conversation") in ids
-        except (ValueError, AttributeError):
-            return False
-
-    def _history_lines(self, history: Path, ids: set[str]) -> int:
-        if not history.exists():
-            return 0
-        with open(history, "rb") as f:
-            return sum(1 for line in f if self._line_names(line, ids))
-
-    def purge(self, ctx: AgentContext, conversation_id: str) -> list[str]:
-        removed = []
-        family = self.family(ctx, conversation_id)
-        for cid in reversed(family):  # children first: a crash midway never orphans a child
-            path = self._conv(ctx, cid)
-            if fsutil.remove(path):
-                suffix = "" if cid == conversation_id else f" [child conversation {cid}]"
-                removed.append(ctx.expand(path) + suffix)
-        history = self.root(ctx) / "history.jsonl"
-        if history.exists():
-            n = fsutil.drop_lines(history, lambda line: self._line_names(line, set(family)))
-            if n:
-                removed.append(f"{ctx.expand(history)}: {n} line{'s' if n != 1 else ''}")
-        for entry in self._live(ctx):
-            if entry.get("conversation") in family and not self._alive(entry):
-                if fsutil.remove(entry["_path"]):
-                    removed.append(ctx.expand(entry["_path"]))
-        return removed
+    def roots(self, ctx: AgentContext) -> list[Path]:
+        return [*super().roots(ctx), self.root(ctx)]  # MUXHOST_DEMO_HOME may be anywhere
 
 
 @muxhost.hookimpl

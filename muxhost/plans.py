@@ -1,0 +1,443 @@
+"""Purge plans: the host's side of typed artifacts (:mod:`muxhost.artifacts`).
+
+:func:`build` asks the plugin for each member of a conversation's family, keeps what is really
+there, checks every rule (roots, a File is no folder, plain SQL identifiers) and labels each item;
+:func:`carry_out` removes the items in the one fixed order; building again gives the residual.
+Nothing here names an agent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from muxhost import fsutil
+from muxhost.artifacts import (TYPES, Artifact, Command, Dir, File, FlockFile, Item, JsonMember, Leftover, Lines,
+                               MkdirLock, Rows)
+from muxhost.errors import MuxhostError, Refused
+
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SQL_TIMEOUT = 10.0
+MAX_FAMILY = 10_000
+
+
+class PlanError(Refused):
+    """A plan that breaks a rule the host enforces: refused before anything runs (exit 4)."""
+
+
+# -- families --------------------------------------------------------------------------------------
+def family(agent, ctx, conversation_id: str) -> list[str]:
+    """The conversation and its descendants at every depth, parent first (cycle-safe): the
+    plugin's ``children`` walked by the host. Ids that do not fullmatch ``id_pattern`` are dropped."""
+    out, seen, frontier = [conversation_id], {conversation_id}, [conversation_id]
+    while frontier and len(out) < MAX_FAMILY:
+        nxt = []
+        for cid in frontier:
+            for child in agent.children(ctx, cid) or []:
+                if child not in seen and agent.valid_id(child):
+                    seen.add(child)
+                    nxt.append(child)
+        out += nxt
+        frontier = nxt
+    return out
+
+
+# -- building a plan -------------------------------------------------------------------------------
+def is_typed(result: list) -> bool:
+    """True for a list of typed artifacts, False for the strings of an older plugin; a mix is a bug."""
+    typed = [isinstance(a, TYPES) for a in result]
+    if all(typed):
+        return bool(result)
+    if any(typed) or not all(isinstance(a, str) for a in result):
+        raise MuxhostError("the plugin's artifacts() mixes typed artifacts with other values")
+    return False
+
+
+def build(agent, ctx, members: list[str], results: dict[str, list[Artifact]]) -> list[Item]:
+    """Items for the typed artifacts ``results[member]`` that are there now, each checked and labelled."""
+    roots = [os.path.realpath(r) for r in agent.roots(ctx)]
+    items: list[Item] = []
+    seen: set[tuple] = set()
+    root_id = members[0]
+    for member in members:
+        for art in results.get(member, []):
+            conv = art.conversation or member
+            check(art, roots, ctx)
+            for item in _present(art, conv, ctx):
+                if item.key in seen:
+                    continue
+                seen.add(item.key)
+                if conv != root_id:
+                    item.label += f" [child conversation {conv}]"
+                items.append(item)
+    return items
+
+
+def _inside(path: str, roots: list[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+
+def _where(path, ctx) -> str:
+    return ctx.expand(path)
+
+
+def check(art: Artifact, roots: list[str], ctx) -> None:
+    """The rules every plan keeps, whatever the plugin: paths inside the roots (the place a file is
+    removed from, after symlinks; the target of what is rewritten), plain SQL identifiers."""
+    def own(path, *, target: bool) -> None:
+        p = os.path.abspath(os.fspath(path))
+        real = os.path.realpath(p) if target else os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p))
+        if not _inside(real, roots):
+            raise PlanError(f"refused: the plan names {_where(p, ctx)}, which is outside the agent's folders "
+                            f"({', '.join(_where(r, ctx) for r in roots)}); nothing was removed")
+
+    if isinstance(art, (File, Dir)):
+        own(art.path, target=False)
+        if isinstance(art, File) and os.path.isdir(art.path) and not os.path.islink(art.path):
+            raise PlanError(f"refused: the plan names the folder {_where(art.path, ctx)} as a file; nothing was removed")
+    elif isinstance(art, Rows):
+        own(art.db, target=True)
+        for name in (art.table, art.column):
+            if not isinstance(name, str) or not IDENT.fullmatch(name):
+                raise PlanError(f"refused: {name!r} is not a plain SQL name; nothing was removed")
+    elif isinstance(art, (Lines, JsonMember)):
+        own(art.path, target=True)
+        if art.lock is not None:
+            own(art.lock.path, target=False)
+        if isinstance(art, Lines) and art.key is None and art.contains is None:
+            raise PlanError("refused: a Lines artifact needs `key` or `contains`")
+
+
+def _ro(db: str) -> sqlite3.Connection:
+    """A read-only connection, also to a WAL database whose -shm is missing or not ours."""
+    uri = "file:" + Path(db).resolve().as_posix().replace("?", "%3f").replace("#", "%23")
+    try:
+        con = sqlite3.connect(uri + "?mode=ro", uri=True, timeout=SQL_TIMEOUT)
+        con.execute("select count(*) from sqlite_master").fetchone()
+        return con
+    except sqlite3.Error:
+        return sqlite3.connect(uri + "?mode=ro&immutable=1", uri=True, timeout=SQL_TIMEOUT)
+
+
+def _count_rows(art: Rows) -> int:
+    if not os.path.exists(art.db):
+        return 0
+    con = _ro(os.fspath(art.db))
+    try:
+        if not con.execute("select 1 from sqlite_master where type = 'table' and name = ?", (art.table,)).fetchone():
+            return 0
+        cols = [r[1] for r in con.execute(f'pragma table_info("{art.table}")')]
+        if art.column not in cols:
+            return 0
+        vals = art.all_values()
+        marks = ",".join("?" * len(vals))
+        return con.execute(f'select count(*) from "{art.table}" where "{art.column}" in ({marks})', vals).fetchone()[0]
+    finally:
+        con.close()
+
+
+def line_matcher(art: Lines):
+    """``match(line: bytes) -> bool`` for a :class:`Lines` artifact (a line that is not JSON never
+    matches a key)."""
+    if art.contains is not None:
+        needle = art.contains.encode()
+        return lambda line: needle in line
+    keys = (art.key,) if isinstance(art.key, str) else tuple(art.key)
+    wanted = set(art.values) if art.values else {art.value}
+
+    def match(line: bytes) -> bool:
+        if not line.strip():
+            return False
+        try:
+            obj: Any = json.loads(line)
+        except ValueError:
+            return False
+        for k in keys:
+            if not isinstance(obj, dict) or k not in obj:
+                return False
+            obj = obj[k]
+        try:
+            return obj in wanted
+        except TypeError:  # an unhashable value is never one of ours
+            return False
+
+    return match
+
+
+def _count_lines(art: Lines) -> int:
+    match = line_matcher(art)
+    with open(art.path, "rb") as f:
+        return sum(1 for line in f if match(line.rstrip(b"\r\n")))
+
+
+_MISSING = object()
+
+
+def _member(obj: Any, keys: tuple[str, ...]) -> Any:
+    for k in keys:
+        if not isinstance(obj, dict) or k not in obj:
+            return _MISSING
+        obj = obj[k]
+    return obj
+
+
+def _keypath(keys: tuple[str, ...]) -> str:
+    return "".join(f".{k}" if IDENT.fullmatch(k) else f"[{json.dumps(k)}]" for k in keys).lstrip(".")
+
+
+def _present(art: Artifact, conv: str, ctx) -> list[Item]:
+    """The item when it is there now ([] when not); what cannot be read becomes a Leftover item."""
+    def unreadable(path, why) -> list[Item]:
+        return [Item(Leftover(path, why, conv), conv, f"{_where(path, ctx)} (could not be read: {why})",
+                     ("leftover", os.path.abspath(path), why, conv))]
+
+    if isinstance(art, File):
+        if not os.path.lexists(art.path):
+            return []
+        return [Item(art, conv, _where(art.path, ctx), ("file", os.path.abspath(art.path), conv))]
+    if isinstance(art, Dir):
+        if not os.path.lexists(art.path):
+            return []
+        return [Item(art, conv, _where(art.path, ctx) + "/", ("dir", os.path.abspath(art.path), conv))]
+    if isinstance(art, Rows):
+        try:
+            n = _count_rows(art)
+        except sqlite3.Error as e:
+            return unreadable(art.db, str(e))
+        if not n:
+            return []
+        vals = art.all_values()
+        what = f"{art.table}:{vals[0]}" if len(vals) == 1 else f"{art.table}:{art.column} in {len(vals)} ids"
+        label = f"{what} ({n} row{'s' if n != 1 else ''} in {_where(art.db, ctx)})"
+        return [Item(art, conv, label, ("rows", os.path.abspath(art.db), art.table, art.column, vals, conv), n)]
+    if isinstance(art, Lines):
+        if not os.path.exists(art.path):
+            return []
+        try:
+            n = _count_lines(art)
+        except OSError as e:
+            return unreadable(art.path, e.strerror or str(e))
+        if not n:
+            return []
+        key = ("lines", os.path.abspath(art.path), art.key, art.value, tuple(sorted(map(str, art.values))),
+               art.contains, conv)
+        return [Item(art, conv, f"{_where(art.path, ctx)}: {n} line{'s' if n != 1 else ''}", key, n)]
+    if isinstance(art, JsonMember):
+        if not os.path.exists(art.path):
+            return []
+        try:
+            obj = json.loads(Path(art.path).read_bytes())
+        except (OSError, ValueError) as e:
+            return unreadable(art.path, getattr(e, "strerror", None) or str(e))
+        value = _member(obj, tuple(art.keys))
+        if value is _MISSING or (art.equals is not None and value != art.equals):
+            return []
+        return [Item(art, conv, f"{_where(art.path, ctx)}: {_keypath(tuple(art.keys))}",
+                     ("json", os.path.abspath(art.path), tuple(art.keys), conv))]
+    if isinstance(art, Command):
+        return [Item(art, conv, f"run: {shlex.join(art.argv)}", ("command", art.argv, conv))]
+    if isinstance(art, Leftover):
+        what = f" ({art.what})" if art.what else ""
+        return [Item(art, conv, f"{_where(art.path, ctx)}{what}", ("leftover", os.path.abspath(art.path), art.what, conv))]
+    raise MuxhostError(f"unknown artifact {art!r}")
+
+
+# -- carrying it out -------------------------------------------------------------------------------
+def carry_out(items: list[Item], ctx, notes: list[str]) -> list[str]:
+    """Remove the items in the fixed order: commands, rows (one transaction per database, then
+    compaction), shared files in place under lock, then files and folders. A step that fails is a
+    note; what it left shows in the residual. Returns the labels of the commands that succeeded."""
+    ran = []
+    for item in items:
+        if isinstance(item.artifact, Command) and _run(item.artifact, ctx, notes):
+            ran.append(item.label.replace("run: ", "ran: ", 1))
+    by_db: dict[str, list[Rows]] = {}
+    for item in items:
+        if isinstance(item.artifact, Rows):
+            by_db.setdefault(os.path.abspath(item.artifact.db), []).append(item.artifact)
+    for db, rows in by_db.items():
+        _delete_rows(db, rows, ctx, notes)
+    shared: dict[str, list[Item]] = {}
+    for item in items:
+        if isinstance(item.artifact, (Lines, JsonMember)):
+            shared.setdefault(os.path.abspath(item.artifact.path), []).append(item)
+    for path, group in shared.items():
+        _rewrite(path, [i.artifact for i in group], ctx, notes)
+    for kind in (File, Dir):
+        for item in items:
+            if isinstance(item.artifact, kind):
+                try:
+                    fsutil.remove(item.artifact.path)
+                except OSError as e:
+                    notes.append(f"could not remove {item.label}: {e.strerror or e}")
+    return ran
+
+
+def _run(cmd: Command, ctx, notes: list[str]) -> bool:
+    import shutil
+
+    env = {k: v for k, v in ctx.env.items() if k != "MUXHOST_RECORD"}
+    env.setdefault("HOME", ctx.home)
+    env.update(dict(cmd.env))
+    env.pop("MUXHOST_RECORD", None)  # not one of the record's processes: a stop must not take it
+    cwd = cmd.cwd or (ctx.cwd if ctx.cwd and os.path.isdir(ctx.cwd) else ctx.home)
+    label = shlex.join(cmd.argv)
+    exe = cmd.argv[0] if os.sep in cmd.argv[0] else shutil.which(cmd.argv[0], path=env.get("PATH") or os.defpath)
+    if not exe:
+        notes.append(f"`{label}` did not run ({cmd.argv[0]} not found); the rest of the plan removes what it would have")
+        return False
+    try:
+        p = subprocess.run([exe, *cmd.argv[1:]], env=env, cwd=os.fspath(cwd), stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=cmd.timeout)
+    except (OSError, subprocess.SubprocessError) as e:
+        notes.append(f"`{label}` could not run ({type(e).__name__}: {e}); the rest of the plan removes what it leaves")
+        return False
+    if p.returncode != 0:
+        tail = ((p.stderr or p.stdout or "").strip().splitlines() or ["no message"])[-1][:200]
+        notes.append(f"`{label}` exited {p.returncode} ({tail}); the rest of the plan removes what it leaves")
+        return False
+    return True
+
+
+def _delete_rows(db: str, rows: list[Rows], ctx, notes: list[str]) -> None:
+    """One write transaction for the database (``secure_delete`` on; repeated while triggers write
+    rows back), then checkpoint + VACUUM so the deleted text is gone from the file's bytes too."""
+    try:
+        con = sqlite3.connect(db, timeout=SQL_TIMEOUT, isolation_level=None)
+    except sqlite3.Error as e:
+        notes.append(f"could not open {_where(db, ctx)} to delete rows: {e}")
+        return
+    try:
+        con.execute(f"pragma busy_timeout = {int(SQL_TIMEOUT * 1000)}")
+        con.execute("pragma secure_delete = on")
+        tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
+        con.execute("begin immediate")
+        try:
+            for _ in range(3):  # triggers may write rows back (a queue's revisions): until none is left
+                changed = 0
+                for r in rows:
+                    if r.table not in tables:
+                        continue
+                    vals = r.all_values()
+                    marks = ",".join("?" * len(vals))
+                    changed += max(0, con.execute(f'delete from "{r.table}" where "{r.column}" in ({marks})',
+                                                  vals).rowcount)
+                if not changed:
+                    break
+            con.execute("commit")
+        except BaseException:
+            con.execute("rollback")
+            raise
+    except sqlite3.Error as e:
+        notes.append(f"could not delete rows from {_where(db, ctx)}: {e}")
+        return
+    finally:
+        con.close()
+    problem = fsutil.compact_sqlite(db, timeout=SQL_TIMEOUT)
+    if problem:
+        notes.append(f"{_where(db, ctx)}: {problem}")
+
+
+@contextlib.contextmanager
+def _held(lock, timeout: float = 10.0) -> Iterator[None]:
+    """The agent's own lock of a shared file, when the artifact names one."""
+    if lock is None:
+        yield
+        return
+    if isinstance(lock, FlockFile):
+        from muxhost.locks import flock
+
+        with flock(lock.path, timeout):
+            yield
+        return
+    if isinstance(lock, MkdirLock):
+        path = os.fspath(lock.path)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                os.mkdir(path)
+                break
+            except FileExistsError:
+                try:
+                    if time.time() - os.stat(path).st_mtime > lock.stale:
+                        os.rmdir(path)  # a stale lock, as its owners treat one
+                        continue
+                except OSError:
+                    continue
+            if time.monotonic() > deadline:
+                raise OSError(f"{path} is held by the agent; the file was left as it was")
+            time.sleep(0.05)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+        return
+    raise MuxhostError(f"unknown lock {lock!r}")
+
+
+def _rewrite(path: str, arts: list, ctx, notes: list[str]) -> None:
+    """Every Lines / JsonMember of one shared file in one in-place rewrite under its locks."""
+    lines = [a for a in arts if isinstance(a, Lines)]
+    members = [a for a in arts if isinstance(a, JsonMember)]
+    matchers = [line_matcher(a) for a in lines]
+    locks = list({id(a.lock): a.lock for a in arts if a.lock is not None}.values())
+
+    def transform(data: bytes) -> bytes:
+        if matchers:
+            kept = [ln for ln in data.splitlines(keepends=True)
+                    if not any(m(ln.rstrip(b"\r\n")) for m in matchers)]
+            data = b"".join(kept)
+        for m in members:
+            data = drop_member(data, tuple(m.keys), m.equals)
+        return data
+
+    target = os.path.realpath(path)  # a symlinked file stays a symlink; its target is rewritten
+    try:
+        with contextlib.ExitStack() as stack:
+            for lock in locks:
+                stack.enter_context(_held(lock))
+            fsutil.rewrite(target, transform)
+    except (OSError, ValueError) as e:
+        notes.append(f"could not rewrite {_where(path, ctx)}: {e}")
+
+
+def drop_member(data: bytes, keys: tuple[str, ...], equals: Any = None) -> bytes:
+    """``data`` (a JSON document) without the member at ``keys`` (only while it equals ``equals``,
+    when given). The member is cut out of the text so every other byte stays; the result is checked
+    by parsing it, and only if that check fails is the document written again (key order kept,
+    the indentation it had)."""
+    text = data.decode("utf-8")
+    obj = json.loads(text)
+    value = _member(obj, keys)
+    if value is _MISSING or (equals is not None and value != equals):
+        return data
+    expected = json.loads(text)
+    parent = _member(expected, keys[:-1]) if len(keys) > 1 else expected
+    del parent[keys[-1]]
+    k, v = re.escape(json.dumps(keys[-1])), re.escape(json.dumps(value))
+    for pattern in (r",\s*" + k + r"\s*:\s*" + v + r"(?=\s*[,}])", k + r"\s*:\s*" + v + r"\s*,\s*",
+                    k + r"\s*:\s*" + v + r"\s*(?=})"):
+        for m in re.finditer(pattern, text):
+            new = text[:m.start()] + text[m.end():]
+            try:
+                if json.loads(new) == expected:
+                    return new.encode("utf-8")
+            except ValueError:
+                continue
+    indent_match = re.search(r"\n([ \t]+)\S", text)
+    indent = None if not indent_match else ("\t" if indent_match.group(1).startswith("\t") else len(indent_match.group(1)))
+    out = json.dumps(expected, indent=indent, ensure_ascii=False)
+    return (out + ("\n" if text.endswith("\n") else "")).encode("utf-8")
+
+
+def labels(items: Iterable[Item]) -> list[str]:
+    return [i.label for i in items]
