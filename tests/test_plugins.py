@@ -1,9 +1,12 @@
 """Plugins: the manager, the hook specs, and a third-party package installed with pip."""
 import inspect
 import json
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import time
 
 import pluggy
 import pytest
@@ -227,3 +230,129 @@ def test_plugin_commands_and_events(mux, tmp_path, site):
     events = [json.loads(line) for line in log.read_text().splitlines()]
     assert [e["event"] for e in events] == ["launched", "stopped", "purged"]
     assert events[1]["outcome"] == "exit" and events[2]["removed"] >= 1
+
+
+@pytest.fixture(scope="module")
+def broken_site(tmp_path_factory):
+    """muxhost-broken (raises on import) and muxhost-twice (two entry points, one module)."""
+    base = tmp_path_factory.mktemp("broken")
+    site = base / "site"
+    broken = make_package(base / "muxhost-broken", "muxhost-broken", "muxhost_broken",
+                          'raise RuntimeError("broken on purpose")\n')
+    twice = make_package(base / "muxhost-twice", "muxhost-twice", "muxhost_twice", "import muxhost\n")
+    with open(twice / "pyproject.toml", "a") as f:  # the entry point table is the file's last
+        f.write('muxhost_twice_again = "muxhost_twice"\n')
+    for pkg in (broken, twice):
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                        "--no-compile", "--target", str(site), str(pkg)], check=True)
+    return site
+
+
+def test_a_plugin_that_fails_to_load_is_one_line_naming_it(mux, broken_site):
+    r = mux.run("ls", env={"PYTHONPATH": str(broken_site), "MUXHOST_LOAD_PLUGINS": "muxhost_broken"})
+    assert r.rc == 1
+    assert r.err.splitlines() == ["muxhost: plugin 'muxhost_broken' (package muxhost-broken) failed to load: "
+                                  "RuntimeError: broken on purpose"]
+
+
+def test_a_plugin_registered_twice_is_one_line_naming_it(mux, broken_site):
+    # selected by its distribution name: both of its entry points load
+    r = mux.run("ls", env={"PYTHONPATH": str(broken_site), "MUXHOST_LOAD_PLUGINS": "muxhost-twice"})
+    assert r.rc == 1
+    assert len(r.err.splitlines()) == 1, r.err
+    assert r.err.startswith("muxhost: plugin 'muxhost_twice") and "(package muxhost-twice) cannot be registered" in r.err
+
+
+def _age(root, seconds: float) -> None:
+    """Every mtime under ``root`` ``seconds`` in the past (package metadata changed in the last two
+    seconds is read again on each run rather than cached: it may still be changing)."""
+    t = time.time() - seconds
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            os.utime(os.path.join(dirpath, name), (t, t))
+
+
+def test_the_plugin_cache_never_answers_for_other_packages(mux, tmp_path):
+    """`muxhost` keeps the installed entry points in ~/.cache/muxhost/plugins.json; installing,
+    upgrading, rewriting or removing a plugin package must show at once."""
+    site = tmp_path / "site"
+    env = {"PYTHONPATH": str(site)}  # every installed plugin loads
+    cache = mux.home / ".cache" / "muxhost" / "plugins.json"
+
+    def install(dist: str, module: str, body: str, version: str, *pip_args: str) -> None:
+        pkg = make_package(tmp_path / f"{dist}-{version}", dist, module, body, version=version)
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                        "--no-compile", *pip_args, "--target", str(site), str(pkg)], check=True)
+        _age(site, 60)
+
+    def agents() -> dict[str, tuple[str, str, str]]:
+        info = mux.ok("plugins", "--json", env=env)
+        return {a["name"]: (a["plugin"], a["package"], a["version"]) for a in info["agents"]}
+
+    second = textwrap.dedent('''
+        import muxhost
+        class Second(muxhost.Agent):
+            name = "second"
+        @muxhost.hookimpl
+        def muxhost_register_agents(register):
+            register(Second())
+    ''')
+    install("muxhost-echoer", "muxhost_echoer", PLUGIN, "0.3.1")
+    assert agents()["echoer"] == ("muxhost_echoer", "muxhost-echoer", "0.3.1")
+    assert cache.exists()  # what follows runs against a written cache
+    mux.ok("ls", env=env)
+
+    install("muxhost-second", "muxhost_second", second, "1.0")
+    assert agents()["second"] == ("muxhost_second", "muxhost-second", "1.0")
+    assert "echoer" in agents()
+
+    shutil.rmtree(site / "muxhost_echoer-0.3.1.dist-info")  # an upgrade: what `pip uninstall` removes, then 0.4.0
+    install("muxhost-echoer", "muxhost_echoer", PLUGIN, "0.4.0", "--upgrade")
+    assert agents()["echoer"] == ("muxhost_echoer", "muxhost-echoer", "0.4.0")
+
+    # the entry point renamed in place: same file, same size, only its mtime differs
+    eps = site / "muxhost_echoer-0.4.0.dist-info" / "entry_points.txt"
+    text = eps.read_text()
+    assert "muxhost_echoer = muxhost_echoer" in text
+    with open(eps, "r+") as f:
+        f.write(text.replace("muxhost_echoer = ", "echoer_renamed = "))
+    t = time.time() - 30
+    os.utime(eps, (t, t))
+    assert agents()["echoer"] == ("echoer_renamed", "muxhost-echoer", "0.4.0")
+
+    for path in site.glob("muxhost_second*"):
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    assert "second" not in agents()
+    r = mux.run("launch", "second", env=env)
+    assert r.rc == 2 and r.err.startswith("muxhost: unknown agent 'second' (known: ")
+    assert "echoer" in r.err
+
+
+def test_a_damaged_plugin_cache_is_read_again(mux, site):
+    env = with_site(mux, site, "muxhost_echoer")
+    cache = mux.home / ".cache" / "muxhost" / "plugins.json"
+    cache.parent.mkdir(parents=True)
+    for junk in ("{not json", '{"fingerprint": 1, "entry_points": 2}', "[]"):
+        cache.write_text(junk)
+        echoer = next(a for a in mux.ok("plugins", "--json", env=env)["agents"] if a["name"] == "echoer")
+        assert (echoer["package"], echoer["version"]) == ("muxhost-echoer", "0.3.1")
+
+
+def test_metadata_rewritten_within_one_timestamp_tick_is_not_taken_from_the_cache(mux, tmp_path):
+    """A file rewritten twice within one file-system timestamp tick keeps its mtime (and here its size
+    and inode): metadata that recent is read again on each run, never cached."""
+    site = tmp_path / "site"
+    pkg = make_package(tmp_path / "muxhost-echoer", "muxhost-echoer", "muxhost_echoer", PLUGIN)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--no-compile", "--target", str(site), str(pkg)], check=True)
+    eps = site / "muxhost_echoer-0.3.1.dist-info" / "entry_points.txt"
+    tick = time.time_ns() + 60 * 10**9  # "just now", however slow this machine is
+    os.utime(eps, ns=(tick, tick))
+    env = {"PYTHONPATH": str(site), "MUXHOST_LOAD_PLUGINS": "muxhost-echoer"}
+    plugin = lambda: next(a["plugin"] for a in mux.ok("plugins", "--json", env=env)["agents"] if a["name"] == "echoer")
+    assert plugin() == "muxhost_echoer"
+    text = eps.read_text()
+    with open(eps, "r+") as f:  # in place: same inode, same size, and the same mtime
+        f.write(text.replace("muxhost_echoer = ", "echoer_renamed = "))
+    os.utime(eps, ns=(tick, tick))
+    assert plugin() == "echoer_renamed"

@@ -1,0 +1,187 @@
+"""Launch and resume: the agent's environment, its command checked before any pane exists, the
+pane started under a record. Part of :class:`muxhost.host.Host`."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+from typing import Iterable
+
+from muxhost import procs
+from muxhost.agent import Agent, AgentContext, Launch
+from muxhost.backends import AGENT_OPTION, RECORD_OPTION
+from muxhost.errors import MuxhostError, NotFound, Refused, UsageError
+from muxhost.state import Live
+from muxhost.store import Record
+
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_XDG_VARS = ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR")
+# what the launching client's tmux says about ITSELF; the agent's pane gets its own
+_DROP_ENV = ("TMUX", "TMUX_PANE")
+
+
+class LaunchOps:
+    """The launch half of :class:`muxhost.host.Host`."""
+
+    def agent_env(self, base: dict[str, str], home: str | None, agent_name: str,
+                  extra: Iterable[str] = ()) -> tuple[str, dict[str, str]]:
+        env = {k: v for k, v in base.items() if k not in _DROP_ENV}
+        caller_home = base.get("HOME") or os.path.expanduser("~")
+        home = os.path.abspath(os.path.expanduser(home)) if home else caller_home
+        if home and not os.path.isdir(home):
+            raise UsageError(f"--home {home}: no such directory")
+        if os.path.realpath(home) != os.path.realpath(caller_home):
+            # another HOME: the caller's XDG dirs belong to the caller's home, not this one
+            for var in _XDG_VARS:
+                env.pop(var, None)
+        env["HOME"] = home
+        env.update(self.config.agent(agent_name).get("env") or {})
+        for pair in extra:
+            key, sep, value = pair.partition("=")
+            if not sep or not ENV_RE.fullmatch(key):
+                raise UsageError(f"--env {pair!r}: expected KEY=VALUE")
+            env[key] = value
+        return home, env
+
+    def launch(self, agent_name: str, *, cwd: str | None = None, name: str | None = None,
+               target: str | None = None, split: str | None = None, home: str | None = None,
+               env: Iterable[str] = (), args: Iterable[str] = ()) -> Live:
+        agent = self.registry.agent(agent_name)
+        cwd = os.path.abspath(os.path.expanduser(cwd or os.getcwd()))
+        if not os.path.isdir(cwd):
+            raise UsageError(f"--cwd {cwd}: no such directory")
+        rid = os.urandom(4).hex()
+        name = name or f"{agent.name}-{rid}"
+        if not NAME_RE.fullmatch(name):
+            raise UsageError(f"--name {name!r}: use letters, digits, '-' and '_' (up to 64)")
+        for other in self.store.all():
+            if other.name == name and other.state != "stopped":
+                raise UsageError(f"--name {name!r} is already used by record {other.id}")
+        home, full_env = self.agent_env(dict(os.environ), home, agent.name, env)
+        full_env[procs.RECORD_ENV] = rid
+        full_env["PWD"] = cwd  # as a shell would set it: some agents take their folder from $PWD
+        cfg = self.config.agent(agent.name)
+        ctx = AgentContext(home=home, env=dict(full_env), cwd=cwd, launched_at=time.time(), config=cfg,
+                           args=list(cfg.get("args") or []) + list(args), record_id=rid)
+        launch = self._checked_launch(agent, agent.launch(ctx))
+        full_env.update(launch.env)
+        self.check_command(agent, list(launch.argv), full_env, cwd)  # no record, no pane, if it cannot run
+        notes = list(ctx.notes)
+        rec = Record(id=rid, name=name, agent=agent.name, cwd=cwd, home=home, launched_at=ctx.launched_at,
+                     socket=self.socket, conversation_id=launch.conversation_id, env=full_env,
+                     argv=list(launch.argv))
+        cid = launch.conversation_id
+        # into a conversation that is on disk (`-- --resume ID`): never while it is being purged
+        existing = cid is not None and self._exists(agent, ctx, cid)
+        with self.conversation_lock(agent.name, cid, "launch") if existing else contextlib.nullcontext():
+            if existing and not self._exists(agent, ctx, cid):
+                raise NotFound(f"conversation {cid} of agent {agent.name} no longer exists")
+            self.store.insert(rec)  # `starting`: a launch killed from here on is seen as lost, never half
+            live = self._start(rec, agent, launch, target=target, split=split)
+        live.notes = notes
+        return live
+
+    def _exists(self, agent: Agent, ctx: AgentContext, conversation_id: str) -> bool:
+        """``exists``, failing closed: a plugin that cannot tell counts as "it exists"."""
+        if not agent.valid_id(conversation_id):
+            return False
+        try:
+            return bool(agent.exists(ctx, conversation_id))
+        except Exception as e:
+            self.warn(agent.name, "exists", e)
+            return True
+
+    @staticmethod
+    def check_command(agent: Agent, argv: list[str] | tuple[str, ...], env: dict[str, str], cwd: str) -> str:
+        """The executable ``argv[0]`` resolves to on the agent's own PATH (or as a path, relative to
+        its cwd), checked before any pane exists; else a one-line error with the plugin's install hint."""
+        import shutil
+
+        cmd = argv[0]
+        if os.sep in cmd:
+            path = cmd if os.path.isabs(cmd) else os.path.join(cwd, cmd)
+            found = path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+        else:
+            found = shutil.which(cmd, path=env.get("PATH") or os.defpath)
+        if found is None:
+            where = "is not an executable file" if os.sep in cmd else "is not on the agent's PATH"
+            hint = getattr(agent, "install_hint", "") or ""
+            raise MuxhostError(f"cannot start {agent.name}: {cmd!r} {where}" + (f" ({hint})" if hint else ""))
+        return found
+
+    def _checked_launch(self, agent: Agent, launch: Launch) -> Launch:
+        if not isinstance(launch, Launch) or not launch.argv or not all(isinstance(a, str) for a in launch.argv):
+            raise MuxhostError(f"agent {agent.name!r} returned no command to run")
+        if launch.conversation_id is not None and not agent.valid_id(launch.conversation_id):
+            raise MuxhostError(f"agent {agent.name!r} chose an invalid conversation id {launch.conversation_id!r}")
+        return launch
+
+    def _start(self, rec: Record, agent: Agent, launch: Launch, target=None, split=None,
+               respawn_pane: str | None = None) -> Live:
+        backend = self.backend(rec.socket)
+        env = dict(rec.env)
+        env.update(launch.env)
+        try:
+            if respawn_pane:
+                pane = backend.respawn(respawn_pane, launch.argv, cwd=rec.cwd, env=env)
+                created = rec.created_session
+            else:
+                pane, created = backend.create(launch.argv, cwd=rec.cwd, env=env, name=rec.name, target=target,
+                                               split=split, options={RECORD_OPTION: rec.id, AGENT_OPTION: rec.agent})
+        except MuxhostError:
+            if rec.state == "starting":
+                self._forget(rec)
+            raise
+        pids = []
+        if pane.pid:
+            try:
+                import psutil
+
+                pids = [[pane.pid, psutil.Process(pane.pid).create_time()]]
+            except Exception:
+                pids = []
+        self.store.update(rec, state="running", pane=pane.pane_id, session=pane.session_id if created else rec.session,
+                          created_session=created, pids=pids, stopped_at=None, outcome=None, seconds=None,
+                          conversation_id=launch.conversation_id or rec.conversation_id, argv=list(launch.argv))
+        live = Live(rec, "running", pane, procs.ProcessTable.snapshot().tree(pane.pid) if pane.pid else [])
+        self.pm.hook.muxhost_agent_launched(record=live.to_dict())
+        return live
+
+    def _forget(self, rec: Record) -> None:
+        with self.store.transaction() as con:
+            con.execute("DELETE FROM records WHERE id = ? AND state = 'starting'", (rec.id,))
+
+    def resume(self, rec: Record, target: str | None = None, split: str | None = None) -> Live:
+        agent = self.registry.agent(rec.agent)
+        view = self.view([rec])
+        live = self.live(rec, view, agent, check_resumable=False)
+        if live.state in ("running", "starting"):
+            where = f" in pane {live.pane.pane_id}" if live.pane else ""
+            raise Refused(f"record {rec.id} is {live.state}{where}; stop it first")
+        cid = rec.conversation_id
+        if not cid:
+            raise NotFound(f"record {rec.id} has no conversation id to resume")
+        self.check_id(agent, cid)
+        if not os.path.isdir(rec.cwd):
+            raise NotFound(f"cannot resume {rec.id}: its directory {rec.cwd} no longer exists")
+        ctx = self.context(rec)
+        try:  # first: a plugin may refuse with a precise reason (NotFound("… belongs to /other/cwd"))
+            launch = self._checked_launch(agent, agent.resume(ctx, cid))
+        except NotImplementedError as e:
+            raise UsageError(str(e) or f"agent {agent.name!r} cannot resume") from None
+        if launch.conversation_id is None:
+            launch.conversation_id = cid
+        self.check_command(agent, list(launch.argv), {**rec.env, **launch.env}, rec.cwd)
+        # under the conversation's lock until the pane runs: a purge of it that starts meanwhile
+        # sees this record running (and one already under way makes this wait, then refuse)
+        with self.conversation_lock(agent.name, cid, "resume"):
+            if not agent.exists(ctx, cid):
+                raise NotFound(f"conversation {cid} of agent {agent.name} no longer exists")
+            self.store.update(rec, launched_at=time.time())
+            respawn = live.pane.pane_id if live.pane is not None and live.pane.dead and not (target or split) else None
+            started = self._start(rec, agent, launch, target=target, split=split, respawn_pane=respawn)
+        started.notes = list(ctx.notes)
+        return started

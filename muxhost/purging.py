@@ -1,0 +1,184 @@
+"""Purge: validate → in use (the whole family) → the plan → veto → carry it out → the residual,
+under the conversation's lock. Typed plans are carried out by :mod:`muxhost.plans`. Part of
+:class:`muxhost.host.Host`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Iterable
+
+from muxhost.agent import Agent, AgentContext, PurgeReport
+from muxhost.errors import MuxhostError, NotFound, Refused, UsageError
+from muxhost.store import Record
+
+
+class PurgeOps:
+    """The purge half of :class:`muxhost.host.Host`."""
+
+    @staticmethod
+    def check_id(agent: Agent, conversation_id: str) -> None:
+        if not agent.valid_id(conversation_id):
+            raise UsageError(f"{conversation_id!r} is not a valid {agent.name} conversation id")
+
+    def purge(self, *, rec: Record | None = None, agent_name: str | None = None,
+              conversation_id: str | None = None, home: str | None = None, dry_run: bool = False,
+              stop: bool = False, confirm: Callable[[PurgeReport], bool] | None = None,
+              ctx: AgentContext | None = None) -> PurgeReport:
+        """validate → in_use → artifacts (the plan) → veto → purge → artifacts (the residual)."""
+        if rec is not None:
+            agent = self.registry.agent(rec.agent)
+            if conversation_id is None:
+                if rec.state != "stopped":
+                    view = self.view([rec])
+                    self.refresh([self.live(rec, view, agent, check_resumable=False)], view)
+                conversation_id = rec.conversation_id
+            if not conversation_id:
+                raise NotFound(f"record {rec.id} has no conversation id: nothing to purge")
+        else:
+            agent = self.registry.agent(agent_name or "")
+            if conversation_id is None:
+                raise UsageError("purge needs a REF, or --agent and --conversation")
+        self.check_id(agent, conversation_id)
+        if ctx is None:  # (a caller that found a hand-started agent in a pane passes its context)
+            rec = rec or self._record_for(agent.name, conversation_id)
+            if rec is not None:
+                ctx = self.context(rec)
+            else:
+                h, env = self.agent_env(dict(os.environ), home, agent.name)
+                ctx = AgentContext(home=h, env=env, cwd=os.getcwd(), config=self.config.agent(agent.name))
+        if dry_run:
+            return self._purge(agent, ctx, conversation_id, rec, dry_run=True)
+        # held from the in-use check until the residual is read: a resume or launch of this
+        # conversation (and a second purge) that comes meanwhile waits briefly, then is refused
+        with self.conversation_lock(agent.name, conversation_id, "purge"):
+            return self._purge(agent, ctx, conversation_id, rec, stop=stop, confirm=confirm)
+
+    def conversation_lock(self, agent: str, conversation_id: str, purpose: str):
+        """The per-conversation lock (muxhost.locks), in the state dir beside the store."""
+        from muxhost import locks
+
+        return locks.conversation(Path(self.store.path).parent / "locks", agent, conversation_id, purpose)
+
+    def _purge(self, agent: Agent, ctx: AgentContext, conversation_id: str, rec: Record | None, *,
+               dry_run: bool = False, stop: bool = False,
+               confirm: Callable[[PurgeReport], bool] | None = None) -> PurgeReport:
+        if stop and not dry_run and rec is not None:
+            live = self.live(rec, self.view([rec]), agent, check_resumable=False)
+            if live.state in ("running", "exited", "starting"):
+                self.stop(rec)
+        from muxhost import plans
+
+        members = self._family(agent, ctx, conversation_id)
+        self._refuse_held(agent, ctx, conversation_id, members)
+        report = PurgeReport(agent=agent.name, conversation_id=conversation_id, record=rec.id if rec else None)
+        items, legacy = self._plan(agent, ctx, members)
+        report.plan = plans.labels(items) if items is not None else legacy
+        if not report.plan:
+            raise NotFound(f"nothing to purge: conversation {conversation_id} of agent {agent.name} has no artifacts")
+        if dry_run:
+            report.dry_run = True
+            report.notes = list(ctx.notes)
+            return report
+        if confirm is not None:
+            if not confirm(report):
+                raise Refused("purge cancelled")
+            # the answer may have taken minutes: who holds it now, and what is there now
+            members = self._family(agent, ctx, conversation_id)
+            self._refuse_held(agent, ctx, conversation_id, members)
+            items, legacy = self._plan(agent, ctx, members)
+        reason = self.pm.hook.muxhost_purge_veto(agent=agent.name, conversation_id=conversation_id,
+                                                 artifacts=list(report.plan))
+        if reason is not None:
+            raise Refused(f"purge vetoed: {reason}")
+        if items is not None:  # typed artifacts: the host carries the plan out
+            ran = plans.carry_out(items, ctx, ctx.notes)
+            after, _ = self._plan(agent, ctx, self._family(agent, ctx, conversation_id), members)
+            left = {i.key for i in after or []}
+            report.removed = ran + [i.label for i in items
+                                    if i.key not in left and i.artifact.kind not in ("command", "leftover")]
+            report.residual = [i.label for i in after or [] if i.artifact.kind != "command"]
+        else:
+            try:
+                report.removed = list(agent.purge(ctx, conversation_id))
+            except NotImplementedError as e:
+                raise UsageError(str(e) or f"agent {agent.name!r} cannot purge") from None
+            report.residual = list(agent.artifacts(ctx, conversation_id))
+        report.notes = list(ctx.notes)
+        self.pm.hook.muxhost_conversation_purged(agent=agent.name, conversation_id=conversation_id,
+                                                 report=report.to_dict())
+        return report
+
+    def _family(self, agent: Agent, ctx: AgentContext, conversation_id: str) -> list[str]:
+        from muxhost import plans
+
+        try:
+            return plans.family(agent, ctx, conversation_id)
+        except MuxhostError:
+            raise
+        except Exception as e:  # fail closed: a family we cannot see cannot be purged
+            raise Refused(f"cannot tell the child conversations of {conversation_id} "
+                          f"({agent.name}.children: {type(e).__name__}: {e}); nothing was removed") from None
+
+    def _refuse_held(self, agent: Agent, ctx: AgentContext, conversation_id: str, members: list[str]) -> None:
+        """Exit 4 when the conversation or any conversation of its family is held."""
+        holders = []
+        for member in members:
+            label = "" if member == conversation_id else f"child conversation {member}: "
+            holders += [label + h for h in self._holders(agent, ctx, member)]
+        if holders:
+            raise Refused(f"conversation {conversation_id} is in use: " + "; ".join(holders))
+
+    def _plan(self, agent: Agent, ctx: AgentContext, members: list[str],
+              also: Iterable[str] = ()) -> tuple[list | None, list[str]]:
+        """The plan: typed items (the host carries them out), or the strings of an older plugin."""
+        from muxhost import plans
+
+        wanted = list(dict.fromkeys([*members, *also]))
+        results = {m: list(agent.artifacts(ctx, m) or []) for m in wanted}
+        typed = [plans.is_typed(r) for r in results.values() if r]
+        if typed and all(typed):
+            return plans.build(agent, ctx, wanted, results), []
+        if any(typed):
+            raise MuxhostError(f"agent {agent.name!r}: artifacts() returns typed artifacts for some conversations "
+                               "and strings for others")
+        legacy = []
+        for m in wanted:
+            suffix = "" if m == wanted[0] or not results[m] else f" [child conversation {m}]"
+            legacy += [f"{a}{suffix}" for a in results[m]]
+        return None, legacy
+
+    def _record_for(self, agent: str, conversation_id: str) -> Record | None:
+        matches = [r for r in self.store.all() if r.agent == agent and r.conversation_id == conversation_id]
+        return matches[-1] if matches else None
+
+    def _holders(self, agent: Agent, ctx: AgentContext, conversation_id: str) -> list[str]:
+        holders = []
+        records = [r for r in self.store.all() if r.agent == agent.name and r.conversation_id == conversation_id]
+        if records:
+            view = self.view(records)
+            for r in records:
+                lv = self.live(r, view, agent, check_resumable=False)
+                if lv.state in ("running", "starting"):
+                    where = f" in pane {lv.pane.pane_id}" if lv.pane else ""
+                    holders.append(f"record {r.id} ({r.name}){where}")
+        try:
+            for h in agent.in_use(ctx, conversation_id) or []:
+                if h not in holders:
+                    holders.append(str(h))
+        except Exception as e:  # fail closed: if we cannot tell, it is in use
+            holders.append(f"cannot tell who holds it ({type(e).__name__}: {e})")
+        return holders
+
+    def purge_pane(self, pane_id: str, *, dry_run: bool = False, stop: bool = False,
+                   confirm: Callable[[PurgeReport], bool] | None = None) -> PurgeReport:
+        loc = self.locate(pane_id)
+        if loc.rec is not None:
+            return self.purge(rec=loc.rec, dry_run=dry_run, stop=stop, confirm=confirm)
+        if not loc.conversation_id:
+            raise NotFound(f"the {loc.agent.name} agent in pane {pane_id} has no conversation on disk yet")
+        self.check_id(loc.agent, loc.conversation_id)
+        if stop and not dry_run:
+            self.stop_adopted(loc)
+        return self.purge(agent_name=loc.agent.name, conversation_id=loc.conversation_id, dry_run=dry_run,
+                          confirm=confirm, ctx=loc.ctx)

@@ -1,0 +1,345 @@
+"""State: who runs where. One look at the world (:class:`View`: every pane, one query per
+server, and the process table), each record's live state (:class:`Live`), the conversation each
+running agent is in (``refresh``), REF resolution, finding the agent in a pane, and ``reconcile``.
+Part of :class:`muxhost.host.Host`."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from muxhost import procs
+from muxhost.agent import Agent, AgentContext
+from muxhost.backends import PaneInfo
+from muxhost.errors import MuxhostError, NotFound, UsageError
+from muxhost.store import Record
+
+STARTING_GRACE = 30.0  # a `starting` record without a pane after this long is lost
+
+
+@dataclass
+class View:
+    """One look at the world: every pane (one tmux query per server) and the process table."""
+
+    panes: dict[str | None, list[PaneInfo] | None]
+    table: procs.ProcessTable
+
+    def pane_for(self, rec: Record) -> PaneInfo | None:
+        panes = self.panes.get(rec.socket) or []
+        by_option = [p for p in panes if p.record == rec.id]
+        if by_option:
+            alive = [p for p in by_option if not p.dead]
+            return (alive or by_option)[0]
+        return None
+
+    def server_running(self, socket: str | None) -> bool:
+        return self.panes.get(socket) is not None
+
+
+@dataclass
+class Located:
+    """The agent found in a pane: a record's, or a hand-started one (``proc``)."""
+
+    pane: PaneInfo
+    agent: Agent
+    rec: Record | None
+    proc: procs.Proc | None
+    ctx: AgentContext
+    conversation_id: str | None
+
+
+@dataclass
+class Live:
+    """A record with what is true now."""
+
+    rec: Record
+    state: str
+    pane: PaneInfo | None
+    tree: list[procs.Proc] = field(default_factory=list)
+    resumable: bool = False
+    notes: list[str] = field(default_factory=list)  # the plugin's remarks (ctx.notes) at launch/resume
+    warnings: list[dict[str, str]] = field(default_factory=list)  # plugin hooks that failed for it
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.rec
+        d = {
+            "id": r.id, "agent": r.agent, "name": r.name, "state": self.state,
+            "conversation_id": r.conversation_id, "conversations": list(r.conversations), "cwd": r.cwd,
+            "pane": self.pane.pane_id if self.pane else None,
+            "resumable": self.resumable,
+            "session": (self.pane.session_name if self.pane else None),
+            "home": r.home, "socket": r.socket, "backend": r.backend, "argv": r.argv,
+            "launched_at": r.launched_at, "stopped_at": r.stopped_at,
+            "exit_status": self.pane.dead_status if self.pane and self.pane.dead else None,
+            "pids": [p.pid for p in self.tree],
+            "warnings": list(self.warnings),
+        }
+        if r.outcome:
+            d["outcome"], d["seconds"] = r.outcome, r.seconds
+        if self.notes:
+            d["notes"] = list(self.notes)
+        return d
+
+
+class StateOps:
+    """The state half of :class:`muxhost.host.Host`."""
+
+    def view(self, records: Iterable[Record] = (), sockets: Iterable[str | None] = ()) -> View:
+        wanted = {r.socket for r in records} | set(sockets)
+        panes = {s: self.backend(s).snapshot() for s in wanted}
+        return View(panes, procs.ProcessTable.snapshot())
+
+    def live(self, rec: Record, view: View, agent: Agent | None = None, check_resumable: bool = True) -> Live:
+        pane = view.pane_for(rec)
+        tree: list[procs.Proc] = []
+        if pane is not None and not pane.dead:
+            tree = view.table.tree(pane.pid)
+            state = "running" if tree else "exited"
+        elif pane is not None:
+            state = "exited"
+        elif rec.state == "stopped":
+            state = "stopped"
+        elif rec.state == "starting" and time.time() - rec.created_at < STARTING_GRACE:
+            state = "starting"
+        else:
+            state = "lost"
+        live = Live(rec, state, pane, tree)
+        if check_resumable and rec.conversation_id and state != "running":
+            agent = agent or self.registry.agents.get(rec.agent)
+            live.resumable = self._resumable(agent, rec, live)
+        return live
+
+    def _resumable(self, agent: Agent | None, rec: Record, live: "Live | None" = None) -> bool:
+        if agent is None or not agent.valid_id(rec.conversation_id):
+            return False
+        try:
+            return bool(agent.exists(self.context(rec), rec.conversation_id))
+        except Exception as e:  # not resumable as far as we can tell, and the user is told why
+            self.warn(agent.name, "exists", e, rec, live)
+            return False
+
+    def warn(self, agent: str, hook: str, error: BaseException, rec: Record | None = None,
+             live: "Live | None" = None) -> dict[str, str]:
+        """A plugin hook failed: carry on, but say so (``ls --json`` ``warnings``, a line on stderr;
+        ``MUXHOST_DEBUG=1`` prints the traceback)."""
+        w = {"agent": agent, "hook": hook, "error": f"{type(error).__name__}: {error}"}
+        if rec is not None:
+            w["record"] = rec.id
+        if os.environ.get("MUXHOST_DEBUG"):
+            import sys
+            import traceback
+
+            traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
+        if w not in self.warnings:
+            self.warnings.append(w)
+        if live is not None and w not in live.warnings:
+            live.warnings.append(w)
+        return w
+
+    def context(self, rec: Record, pids: Iterable[int] = (), claimed: Iterable[str] = (),
+                table: procs.ProcessTable | None = None) -> AgentContext:
+        cfg = self.config.agent(rec.agent)
+        return AgentContext(home=rec.home, env=dict(rec.env), cwd=rec.cwd, launched_at=rec.launched_at,
+                            pids=list(pids), claimed=frozenset(claimed), config=cfg,
+                            args=list(cfg.get("args") or []), conversation_id=rec.conversation_id,
+                            record_id=rec.id, processes=table)
+
+    def refresh(self, lives: list[Live], view: View | None = None, records: list[Record] | None = None) -> None:
+        """Ask the plugins which conversation each running record is in now (``discover``), and
+        give each conversation to at most one record, whatever the plugins answer.
+
+        Every running record of the agents concerned is asked in the same refresh, not only those
+        of ``lives``: a plugin that ignores pids ("the newest conversation in my cwd that is not
+        claimed") can only tell two agents in one folder apart when both are asked. Records without
+        a conversation choose first (newest launch first: its window is the narrowest), then the
+        others. Every id any other running record has been in is claimed, and so is each id handed
+        out earlier in this refresh. A record that has a conversation never moves onto an id that
+        another record's ``discover`` also returned: an ambiguous answer changes nothing."""
+        agents = {lv.rec.agent for lv in lives if lv.state == "running"}
+        if not agents:
+            return
+        records = self.store.all() if records is None else records
+        by_id = {lv.rec.id: lv for lv in lives}
+        others = [r for r in records if r.id not in by_id and r.agent in agents and r.state in ("running", "starting")]
+        if others:
+            missing = {r.socket for r in others} - set(view.panes if view else ())
+            if view is None or missing:
+                more = self.view(others)
+                view = View({**(view.panes if view else {}), **more.panes}, view.table if view else more.table)
+            for r in others:
+                by_id[r.id] = self.live(r, view, check_resumable=False)
+        table = view.table if view else None
+        for name in sorted(agents):
+            agent = self.registry.agents.get(name)
+            if agent is None:
+                continue
+            group = [lv for lv in by_id.values() if lv.rec.agent == name]
+            # every id a live record of this agent is (or has been) in belongs to that record
+            owner: dict[str, set[str]] = {}
+            for lv in group:
+                if lv.state in ("running", "starting", "exited"):
+                    for cid in {*lv.rec.conversations, *([lv.rec.conversation_id] if lv.rec.conversation_id else [])}:
+                        owner.setdefault(cid, set()).add(lv.rec.id)
+            asked = sorted((lv for lv in group if lv.state == "running"),
+                           key=lambda lv: (lv.rec.conversation_id is not None, -lv.rec.launched_at))
+            answers: dict[str, str | None] = {}
+            handed: dict[str, str] = {}  # id -> record id, in this refresh
+            for lv in asked:
+                claimed = {c for c, ids in owner.items() if ids - {lv.rec.id}} | {c for c, r in handed.items() if r != lv.rec.id}
+                try:
+                    cid = agent.discover(self.context(lv.rec, [p.pid for p in lv.tree], claimed, table))
+                except Exception as e:
+                    self.warn(name, "discover", e, lv.rec, lv)
+                    continue
+                if cid is not None and not agent.valid_id(cid):
+                    self.warn(name, "discover", ValueError(f"returned an invalid id {cid!r}"), lv.rec, lv)
+                    continue
+                answers[lv.rec.id] = cid
+                if cid and cid != lv.rec.conversation_id and cid not in claimed:
+                    handed[cid] = lv.rec.id
+            for cid, rid in handed.items():
+                rec = by_id[rid].rec
+                if rec.conversation_id and any(o != rid and answer == cid for o, answer in answers.items()):
+                    continue  # a move onto an id another record's discover also gives: ambiguous, no move
+                self.store.update(rec, conversation_id=cid)
+
+    def live_records(self) -> tuple[list[Record], View]:
+        """The records whose agent may still be there (``running``, ``exited``, ``starting``), and the
+        view they were judged by — without asking any plugin (``stop --all``)."""
+        records = self.store.all()
+        view = self.view(records)
+        lives = [self.live(r, view, check_resumable=False) for r in records]
+        return [lv.rec for lv in lives if lv.state in ("running", "exited", "starting")], view
+
+    def ls(self, all_records: bool = False) -> list[Live]:
+        records = self.store.all()
+        view = self.view(records)
+        lives = [self.live(r, view, check_resumable=False) for r in records]
+        self.refresh(lives, view, records)
+        for lv in lives:
+            lv.resumable = self._resumable(self.registry.agents.get(lv.rec.agent), lv.rec, lv)
+        if not all_records:
+            lives = [lv for lv in lives if lv.state in ("running", "exited", "starting")]
+        return lives
+
+    def resolve(self, ref: str) -> Record:
+        records = self.store.all()
+        if ref.startswith("%"):
+            view = self.view(records, [self.socket])
+            for rec in reversed(records):
+                pane = view.pane_for(rec)
+                if pane is not None and pane.pane_id == ref and rec.socket == self.socket:
+                    return rec
+            if not view.server_running(self.socket):
+                raise MuxhostError(f"no tmux server running on {self.backend(self.socket).where()}")
+            raise NotFound(f"no muxhost record for pane {ref}")
+        exact = [r for r in records if r.id == ref]
+        if exact:
+            return exact[0]
+        named = [r for r in records if r.name == ref]
+        if len(named) > 1:
+            current = [r for r in named if r.state != "stopped"]
+            if len(current) == 1:
+                return current[0]
+        if not named:
+            named = [r for r in records if r.id.startswith(ref)] if len(ref) >= 2 else []
+        if len(named) == 1:
+            return named[0]
+        if not named:
+            raise NotFound(f"no record matches {ref!r} (see `muxhost ls --all`)")
+        ids = ", ".join(f"{r.id} ({r.name})" for r in named[:6])
+        raise UsageError(f"{ref!r} matches {len(named)} records: {ids}; use a longer id")
+
+    def reconcile(self) -> list[str]:
+        """Compare records with the panes and the process table; fix what drifted; say what changed."""
+        records = self.store.all()
+        view = self.view(records, [self.socket])
+        changes = []
+        known = {r.id for r in records}
+        lives = []
+        for rec in records:
+            lv = self.live(rec, view, check_resumable=False)
+            lives.append(lv)
+            if lv.pane is not None and lv.pane.pane_id != rec.pane:
+                changes.append(f"{rec.id}: pane {rec.pane or '-'} -> {lv.pane.pane_id}")
+                self.store.update(rec, pane=lv.pane.pane_id, state="running" if rec.state == "starting" else rec.state)
+            if lv.state == "lost" and rec.state in ("running", "starting"):
+                changes.append(f"{rec.id}: its pane is gone; marked lost")
+                self.store.update(rec, state="lost")
+        before = {lv.rec.id: lv.rec.conversation_id for lv in lives}
+        self.refresh(lives, view, records)
+        for lv in lives:
+            if lv.rec.conversation_id != before[lv.rec.id]:
+                changes.append(f"{lv.rec.id}: conversation {before[lv.rec.id] or '-'} -> {lv.rec.conversation_id}")
+        for socket, panes in view.panes.items():
+            for p in panes or []:
+                if p.record and p.record not in known:
+                    changes.append(f"pane {p.pane_id} carries unknown record {p.record}; left alone")
+        return changes
+
+    def locate(self, pane_id: str) -> "Located":
+        """The agent in tmux pane ``pane_id`` and its conversation: a record's, or an agent the user
+        started by hand, found in the pane's process tree by the plugins' ``process_names``."""
+        records = self.store.all()
+        view = self.view(records, [self.socket])
+        panes = view.panes.get(self.socket)
+        if panes is None:
+            raise MuxhostError(f"no tmux server running on {self.backend(self.socket).where()}")
+        pane = next((p for p in panes if p.pane_id == pane_id), None)
+        if pane is None:
+            raise NotFound(f"no pane {pane_id}")
+        running = {r.id: self.live(r, view, check_resumable=False) for r in records}
+        rec = next((r for r in reversed(records) if r.socket == self.socket and pane.record == r.id), None)
+        if rec is not None:
+            lv = running[rec.id]
+            self.refresh([lv], view, records)
+            agent = self.registry.agent(rec.agent)
+            return Located(pane, agent, rec, None, self.context(rec, [p.pid for p in lv.tree]), rec.conversation_id)
+        if pane.dead:
+            raise NotFound(f"no agent in pane {pane_id}")
+        found = self._agent_in(view.table, pane.pid)
+        if found is None:
+            raise NotFound(f"no agent in pane {pane_id}")
+        agent, proc = found
+        claimed = {lv.rec.conversation_id for lv in running.values()
+                   if lv.state == "running" and lv.rec.agent == agent.name and lv.rec.conversation_id}
+        ctx = self._process_context(agent, proc, view.table, claimed)
+        cid = None
+        try:
+            cid = agent.discover(ctx)
+        except Exception as e:
+            raise MuxhostError(f"{agent.name} in pane {pane_id}: cannot tell its conversation ({type(e).__name__}: {e})")
+        if cid is not None and not agent.valid_id(cid):
+            cid = None
+        return Located(pane, agent, None, proc, ctx, cid)
+
+    def _agent_in(self, table: procs.ProcessTable, root_pid: int | None) -> tuple[Agent, procs.Proc] | None:
+        """The shallowest process of the tree that some agent's ``process_names`` match."""
+        level = [table.get(root_pid)] if table.get(root_pid) else []
+        while level:
+            for p in level:
+                for agent in self.registry.agents.values():
+                    if p.matches_name(agent.process_names):
+                        return agent, p
+            level = [c for p in level for c in table.children(p.pid)]
+        return None
+
+    def _process_context(self, agent: Agent, proc: procs.Proc, table: procs.ProcessTable,
+                         claimed: Iterable[str]) -> AgentContext:
+        import psutil
+
+        env: dict[str, str] = {}
+        cwd = ""
+        try:
+            ps = psutil.Process(proc.pid)
+            env = ps.environ()
+            cwd = ps.cwd()
+        except psutil.Error:
+            pass
+        home = env.get("HOME") or os.path.expanduser("~")
+        cfg = self.config.agent(agent.name)
+        return AgentContext(home=home, env=env, cwd=cwd, launched_at=proc.create_time,
+                            pids=[p.pid for p in table.tree(proc.pid)], claimed=frozenset(claimed), config=cfg,
+                            args=list(cfg.get("args") or []))
