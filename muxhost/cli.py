@@ -18,7 +18,7 @@ EXIT_CODES = """exit codes:
   0 done · 1 failed (tmux, agent or I/O error) · 2 usage or config error · 3 not found
   4 refused (in use, or vetoed) · 5 purge incomplete (something was left)"""
 
-CORE_COMMANDS = ("launch", "ls", "show", "stop", "resume", "purge", "reconcile", "plugins", "tmux-bindings")
+CORE_COMMANDS = ("launch", "ls", "show", "stop", "resume", "purge", "reconcile", "plugins")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -112,8 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp = cmd("plugins", "agents and backends, with their package, version and hooks")
     json_flag(sp)
 
-    sp = cmd("tmux-bindings", "print tmux lines that bind a key to purge the current pane's conversation")
-    sp.add_argument("--key", default="P", help="the key after the prefix (default: P)")
+    # the built-in plugins' commands (the purge key's), through their muxhost_register_commands
+    # hooks — called here directly, so `muxhost --help` lists them without loading any plugin
+    import importlib
+
+    from muxhost.plugins import COMMAND_PLUGINS
+
+    for name in COMMAND_PLUGINS:
+        importlib.import_module(name).muxhost_register_commands(subparsers=sub)
     return p
 
 
@@ -317,37 +323,11 @@ def cmd_purge(host, args) -> int:
 
 
 def _purge_key(host, args) -> int:
-    """The purge key's two steps (muxhost/keys.py): report back in tmux, not on a terminal."""
-    from muxhost import keys
+    """``purge --tmux-prepare`` / ``--tmux-message``: the purge key's steps as earlier bindings call
+    them (the key is the built-in plugin muxhost.plugins.purge_key now)."""
+    from muxhost.plugins.purge_key import run_key
 
-    if not args.pane:
-        raise UsageError("--tmux-prepare and --tmux-message need --pane")
-    backend = host.backend(host.socket)
-    try:
-        if args.tmux_prepare:
-            loc = host.locate(args.pane)
-            if not loc.conversation_id:
-                raise MuxhostError(f"the {loc.agent.name} agent in pane {args.pane} has no conversation on disk yet", 3)
-            backend.set_pane_option(args.pane, keys.AGENT_OPTION, loc.agent.name)
-            backend.set_pane_option(args.pane, keys.CONVERSATION_OPTION, loc.conversation_id)
-            return 0
-        # the client off the agent's session before the ladder ends it (tmux would detach the client)
-        held = keys.move_client_first(host, backend, args.pane, args.client) if args.stop and args.client else None
-        text = "muxhost: the purge failed"
-        try:
-            report = host.purge_pane(args.pane, stop=args.stop, confirm=None)
-            text = keys.summary(report)
-        except MuxhostError as e:
-            text = f"muxhost: {e}"
-            raise
-        finally:
-            if held:
-                backend.show_held(held, text)
-        backend.message(text, client=args.client)  # where the client is now
-        return INCOMPLETE if report.residual else 0
-    except MuxhostError as e:  # said in tmux; nothing on stdout/stderr for run-shell to show
-        backend.message(f"muxhost: {e}", client=args.client)
-        return e.exit_code
+    return run_key(host, args.pane, args.client, prepare=args.tmux_prepare)
 
 
 def cmd_reconcile(host, args) -> int:
@@ -372,16 +352,8 @@ def cmd_plugins(host, args) -> int:
     return 0
 
 
-def cmd_tmux_bindings(host, args) -> int:
-    from muxhost.keys import bindings
-
-    print(bindings(args.key, socket=host.socket))
-    return 0
-
-
 COMMANDS = {"launch": cmd_launch, "ls": cmd_ls, "show": cmd_show, "stop": cmd_stop, "resume": cmd_resume,
-            "purge": cmd_purge, "reconcile": cmd_reconcile, "plugins": cmd_plugins,
-            "tmux-bindings": cmd_tmux_bindings}
+            "purge": cmd_purge, "reconcile": cmd_reconcile, "plugins": cmd_plugins}
 
 
 def _command_word(argv: Sequence[str]) -> str | None:
@@ -407,7 +379,10 @@ def cli(argv: Sequence[str] | None = None) -> int:
             global_args, _ = parser.parse_known_args(argv[:argv.index(word)])
             host = _load_host(global_args)
             sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-            host.pm.hook.muxhost_register_commands(subparsers=sub)
+            from muxhost.plugins import COMMAND_PLUGINS
+
+            builtin = [p for p in (host.pm.get_plugin(n) for n in COMMAND_PLUGINS) if p is not None]
+            host.pm.subset_hook_caller("muxhost_register_commands", remove_plugins=builtin)(subparsers=sub)
         agent_args: list[str] = []
         if word == "launch" and "--" in argv:  # everything after `--` is the agent's
             cut = argv.index("--")

@@ -1,13 +1,14 @@
 """The purge key: prefix + P purges the conversation of the agent in the current pane.
 
-The printed tmux lines do three things, all inside the key's own tmux command queue:
+The printed tmux lines do three things, all inside the key's own tmux command queue (the commands
+are the built-in plugin :mod:`muxhost.plugins.purge_key`):
 
-1. ``if-shell`` runs ``muxhost purge --pane %N --tmux-prepare``: it finds the agent in the pane (a
+1. ``if-shell`` runs ``muxhost purge-key --pane %N --prepare``: it finds the agent in the pane (a
    record's, or one the user started by hand) and its conversation, and puts both into the pane options
    ``@muxhost_purge_agent`` / ``@muxhost_purge_conversation``. No agent → a message, and nothing else.
 2. ``confirm-before`` asks, naming that agent and conversation.
 3. On "y", ``run-shell`` (not ``-b``: the ladder runs to completion in this process) runs
-   ``muxhost purge --pane %N --stop --yes --tmux-message``, which reports back with ``display-message``.
+   ``muxhost purge-key --pane %N --run``, which reports back with ``display-message``.
    When the agent's session goes with the agent (muxhost's own session, the default), the client is
    first moved off it (:func:`move_client_first`): tmux would detach it, and the user would land in
    their shell without seeing the outcome.
@@ -46,8 +47,8 @@ def bindings(key: str = "P", socket: str | None = None) -> str:
         raise UsageError(f"--key {key!r}: give one tmux key name, like P or M-p")
     mux = muxhost_command() + (f" --socket {shlex.quote(socket)}" if socket else "")
     target = "--pane '#{pane_id}' --client '#{client_name}'"
-    prepare = f"{mux} purge {target} --tmux-prepare"
-    purge = f"{mux} purge {target} --stop --yes --tmux-message || true"
+    prepare = f"{mux} purge-key {target} --prepare"
+    purge = f"{mux} purge-key {target} --run || true"
     prompt = f"muxhost: purge the #{{{AGENT_OPTION}}} conversation #{{{CONVERSATION_OPTION}}} for good? (y/n)"
     return f"""# muxhost purge key: prefix + {key} purges the conversation of the agent in the current pane,
 # with its child conversations. It asks first, naming the agent and the conversation, stops the agent

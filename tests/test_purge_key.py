@@ -24,8 +24,8 @@ def conv(mux, cid) -> Path:
 def load_bindings(mux, tmp_path) -> None:
     """The lines printed by `muxhost tmux-bindings`, loaded into the test's tmux server."""
     lines = mux.ok("tmux-bindings")
-    assert "confirm-before" in lines and "run-shell" in lines and "--stop --yes" in lines
-    assert "purge --pane '#{pane_id}'" in lines and os.path.isabs(lines.split('if-shell "')[1].split()[0])
+    assert "confirm-before" in lines and "run-shell" in lines and "--run" in lines
+    assert "purge-key --pane '#{pane_id}'" in lines and os.path.isabs(lines.split('if-shell "')[1].split()[0])
     conf = tmp_path / "purge-key.conf"
     conf.write_text(lines)
     r = mux.server.cmd("source-file", str(conf))
@@ -237,3 +237,16 @@ def test_key_in_the_only_session_keeps_a_pane_that_shows_the_outcome(mux, tmp_pa
         wait_for(lambda: not psutil.pid_exists(int(pid)), what="the holding pane's process to end")
     finally:
         client.close()
+
+
+def test_bindings_printed_by_an_earlier_muxhost_still_work(mux, bound):
+    """`purge --pane %N --tmux-prepare` / `--stop --yes --tmux-message` (what earlier bindings call)."""
+    neighbour = bound
+    rec = mux.ok("launch", "demo", "--json")
+    mux.wait_screen(rec["pane"], "demo>")
+    mux.ok("purge", "--pane", rec["pane"], "--tmux-prepare")
+    assert mux.tmux("show-options", "-pqv", "-t", rec["pane"], "@muxhost_purge_conversation") == [rec["conversation_id"]]
+    r = mux.run("purge", "--pane", rec["pane"], "--stop", "--yes", "--tmux-message")
+    assert r.rc == 0 and r.out == "" and r.err == ""
+    assert not conv(mux, rec["conversation_id"]).exists()
+    assert conv(mux, neighbour["conversation_id"]).exists()

@@ -36,7 +36,9 @@ if TYPE_CHECKING:
     from muxhost.config import Config
 
 GROUP = "muxhost"
-DEFAULT_PLUGINS = ("muxhost.plugins.tmux", "muxhost.plugins.demo")
+# built-in plugins that add commands (the CLI calls their hook directly to build `--help`)
+COMMAND_PLUGINS = ("muxhost.plugins.purge_key",)
+DEFAULT_PLUGINS = ("muxhost.plugins.tmux", "muxhost.plugins.demo", *COMMAND_PLUGINS)
 CONFIG_PLUGIN = "muxhost.plugins.config_agents"
 CACHE_FORMAT = 1
 # importlib.metadata.EntryPoint.pattern: ``module``, ``module:attr.attr``, optional ``[extras]``

@@ -1,0 +1,85 @@
+"""Built-in plugin: the purge key's commands, added through ``muxhost_register_commands`` like any
+plugin's (muxhost's built-ins are ordinary plugins, as datasette's and llm's are).
+
+- ``muxhost tmux-bindings [--key K]`` prints the tmux lines (:func:`muxhost.keys.bindings`);
+- ``muxhost purge-key --pane %N --client C --prepare | --run`` are the key's two steps, run by tmux:
+  find the agent in the pane and name it in the prompt; then, on "y", stop it with the ladder, purge
+  its conversation and say the outcome in tmux (never on a terminal: run-shell would show it raw).
+
+``purge --pane %N --tmux-prepare`` / ``--tmux-message``, which earlier bindings call, still work.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import muxhost
+from muxhost.errors import INCOMPLETE, MuxhostError, UsageError
+
+
+def cmd_tmux_bindings(args) -> int:
+    from muxhost.keys import bindings
+
+    print(bindings(args.key, socket=args.host.socket))
+    return 0
+
+
+def run_key(host, pane: str | None, client: str | None, prepare: bool) -> int:
+    """One step of the key: ``prepare`` (find the agent and its conversation, for the prompt) or the
+    purge itself (the ladder first, the client moved off a session that goes with the agent)."""
+    from muxhost import keys
+
+    if not pane:
+        raise UsageError("the purge key's steps need --pane")
+    backend = host.backend(host.socket)
+    try:
+        if prepare:
+            loc = host.locate(pane)
+            if not loc.conversation_id:
+                raise MuxhostError(f"the {loc.agent.name} agent in pane {pane} has no conversation on disk yet", 3)
+            backend.set_pane_option(pane, keys.AGENT_OPTION, loc.agent.name)
+            backend.set_pane_option(pane, keys.CONVERSATION_OPTION, loc.conversation_id)
+            return 0
+        # the client off the agent's session before the ladder ends it (tmux would detach the client)
+        held = keys.move_client_first(host, backend, pane, client) if client else None
+        text = "muxhost: the purge failed"
+        try:
+            report = host.purge_pane(pane, stop=True, confirm=None)
+            text = keys.summary(report)
+        except MuxhostError as e:
+            text = f"muxhost: {e}"
+            raise
+        finally:
+            if held:
+                backend.show_held(held, text)
+        backend.message(text, client=client)  # where the client is now
+        return INCOMPLETE if report.residual else 0
+    except MuxhostError as e:  # said in tmux; nothing on stdout/stderr for run-shell to show
+        backend.message(f"muxhost: {e}", client=client)
+        return e.exit_code
+
+
+def cmd_purge_key(args) -> int:
+    if args.prepare == args.run:
+        raise UsageError("purge-key takes --prepare or --run")
+    return run_key(args.host, args.pane, args.client, prepare=args.prepare)
+
+
+@muxhost.hookimpl
+def muxhost_register_commands(subparsers):
+    sp = subparsers.add_parser(
+        "tmux-bindings", help="print tmux lines that bind a key to purge the current pane's conversation",
+        description="Print tmux lines that bind prefix + KEY (default P) to purge the conversation of the\n"
+                    "agent in the current pane: it asks first, stops the agent with the whole ladder, purges\n"
+                    "the conversation and its children, and shows the outcome in tmux.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sp.add_argument("--key", default="P", help="the key after the prefix (default: P)")
+    sp.set_defaults(func=cmd_tmux_bindings)
+    sp = subparsers.add_parser("purge-key", description="The purge key's steps, as tmux runs them "
+                               "(see `muxhost tmux-bindings`).")
+    sp.add_argument("--pane", required=True, help="the pane the key was pressed in (#{pane_id})")
+    sp.add_argument("--client", help="the tmux client that pressed it (#{client_name})")
+    step = sp.add_mutually_exclusive_group()
+    step.add_argument("--prepare", action="store_true", help="find the agent and its conversation for the prompt")
+    step.add_argument("--run", action="store_true", help="stop the agent, purge the conversation, say the outcome")
+    sp.set_defaults(func=cmd_purge_key)
