@@ -36,8 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"muxhost {__version__}")
     p.add_argument("--config", metavar="FILE", help="config file (default: $MUXHOST_CONFIG, else "
                    "$XDG_CONFIG_HOME/muxhost/config.yaml)")
-    p.add_argument("--socket", metavar="NAME", help="tmux socket name, as `tmux -L NAME` (default: "
-                   "$MUXHOST_TMUX_SOCKET, config tmux.socket_name, else your own tmux server)")
+    p.add_argument("--backend", metavar="NAME", help="the pane backend new agents go to: tmux (the default), "
+                   "herdr, or a plugin's (also $MUXHOST_BACKEND, config backend:); each record keeps its own")
+    p.add_argument("--socket", metavar="ADDR", help="the pane server: a tmux socket name, as `tmux -L NAME` (default: "
+                   "$MUXHOST_TMUX_SOCKET, config tmux.socket_name, else your own tmux server); a herdr socket path "
+                   "(default: $HERDR_SOCKET_PATH, else herdr's own)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     def cmd(name: str, help: str, description: str | None = None):
@@ -139,14 +142,12 @@ def _load_host(args):
     from muxhost.host import Host
 
     cfg = config_mod.load(args.config)
-    return Host(cfg, socket=args.socket)
+    return Host(cfg, socket=args.socket, backend=getattr(args, "backend", None))
 
 
-def _attach_hint(live, socket: str | None) -> str:
-    sock = f" -L {socket}" if socket else ""
-    if live.pane is None:
-        return ""
-    return f"  attach: tmux{sock} attach -t {live.pane.session_name or live.rec.name}"
+def _attach_hint(host, live) -> str:
+    hint = host.backend_of(live.rec).attach_hint(live.pane) if live.pane is not None else ""
+    return f"  attach: {hint}" if hint else ""
 
 
 def _print_warnings(host) -> None:
@@ -175,7 +176,7 @@ def cmd_launch(host, args) -> int:
         print(f"launched {live.rec.agent} as {live.rec.name} (record {live.rec.id}) in pane {live.pane.pane_id}")
         if live.rec.conversation_id:
             print(f"  conversation: {live.rec.conversation_id}")
-        print(_attach_hint(live, live.rec.socket))
+        print(_attach_hint(host, live))
     return 0
 
 
@@ -263,7 +264,7 @@ def cmd_resume(host, args) -> int:
         out_json(live.to_dict())
     else:
         print(f"resumed {rec.conversation_id} as {rec.name} (record {rec.id}) in pane {live.pane.pane_id}")
-        print(_attach_hint(live, rec.socket))
+        print(_attach_hint(host, live))
     return 0
 
 
@@ -359,7 +360,7 @@ COMMANDS = {"launch": cmd_launch, "ls": cmd_ls, "show": cmd_show, "stop": cmd_st
 def _command_word(argv: Sequence[str]) -> str | None:
     it = iter(argv)
     for a in it:
-        if a in ("--config", "--socket"):
+        if a in ("--config", "--socket", "--backend"):
             next(it, None)
         elif a.startswith("-"):
             continue

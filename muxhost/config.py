@@ -40,6 +40,7 @@ SCHEMA: dict[str, Any] = {
     "tmux": {"socket_name": _STR},
     "stop": {"exit_grace": _NUM, "term_grace": _NUM, "hup_grace": _NUM, "exit_pause": _NUM},
     "default_agent": _STR,
+    "backend": _STR,          # the pane backend new agents go to (default tmux; also --backend, $MUXHOST_BACKEND)
     "agents": {"*": AGENT_KEYS},
 }
 

@@ -14,12 +14,12 @@ import os
 from muxhost.agent import Agent
 from muxhost.backends import Backend
 from muxhost.config import Config
-from muxhost.errors import MuxhostError
+from muxhost.errors import MuxhostError, UsageError
 from muxhost.ladder import LadderOps, _Target
 from muxhost.launching import ENV_RE, NAME_RE, LaunchOps
 from muxhost.purging import PurgeOps
 from muxhost.state import STARTING_GRACE, Live, Located, StateOps, View
-from muxhost.store import Store
+from muxhost.store import Record, Store
 
 __all__ = ["Host", "Live", "Located", "View", "NAME_RE", "ENV_RE", "STARTING_GRACE", "_Target"]
 
@@ -28,7 +28,7 @@ class Host(StateOps, LaunchOps, LadderOps, PurgeOps):
     """One muxhost: its config, plugins, record store and pane backends, and every operation."""
 
     def __init__(self, config: Config | None = None, socket: str | None = None, pm=None,
-                 store: Store | None = None):
+                 store: Store | None = None, backend: str | None = None):
         from muxhost.plugins import Registry, get_plugin_manager
 
         self.config = config or Config()
@@ -37,9 +37,17 @@ class Host(StateOps, LaunchOps, LadderOps, PurgeOps):
         for name, entry in self.config.agents.items():
             if not entry.get("command") and name not in self.registry.agents:
                 raise self.config.error(f"agents.{name}", f"no plugin provides agent {name!r} and the entry has no `command`")
-        self.socket = socket or os.environ.get("MUXHOST_TMUX_SOCKET") or self.config.socket_name or None
         self._store = store
         self._backends: dict[tuple[str, str | None], Backend] = {}
+        # the pane server new agents go to: --backend, $MUXHOST_BACKEND, config `backend:`, else tmux;
+        # its address as given (--socket), else as the backend itself resolves it (its env, its config)
+        self.backend_name = backend or os.environ.get("MUXHOST_BACKEND") or self.config.data.get("backend") or "tmux"
+        factory = self.registry.backends.get(self.backend_name)
+        if factory is None:
+            known = ", ".join(sorted(self.registry.backends))
+            raise UsageError(f"no backend {self.backend_name!r} is installed (known: {known})")
+        resolve = getattr(factory, "resolve_address", None)
+        self.socket = resolve(socket, self.config) if resolve else socket  # the address (a tmux socket name, …)
         self.warnings: list[dict[str, str]] = []  # plugin hooks that failed (see warn)
 
     @property
@@ -48,14 +56,29 @@ class Host(StateOps, LaunchOps, LadderOps, PurgeOps):
             self._store = Store()
         return self._store
 
-    def backend(self, socket: str | None = None, name: str = "tmux") -> Backend:
-        key = (name, socket)
+    def backend(self, socket: str | None = None, name: str | None = None) -> Backend:
+        """The backend ``name`` (default: the chosen one) for the server at ``socket`` (its address;
+        None = that backend's default server), made once per command."""
+        key = (name or self.backend_name, socket)
         if key not in self._backends:
-            factory = self.registry.backends.get(name)
+            factory = self.registry.backends.get(key[0])
             if factory is None:
-                raise MuxhostError(f"no backend {name!r} is installed (known: {', '.join(sorted(self.registry.backends))})")
+                raise MuxhostError(f"no backend {key[0]!r} is installed (known: {', '.join(sorted(self.registry.backends))})")
             self._backends[key] = factory(socket, self.config)
         return self._backends[key]
+
+    @property
+    def server(self) -> tuple[str, str | None]:
+        """The chosen server: (backend name, address)."""
+        return (self.backend_name, self.socket)
+
+    def current(self) -> Backend:
+        """The chosen server's backend: where new agents go, where pane references point."""
+        return self.backend(self.socket, self.backend_name)
+
+    def backend_of(self, rec: Record) -> Backend:
+        """The backend of the server a record's agent runs on (the one it was launched on)."""
+        return self.backend(rec.socket, rec.backend or "tmux")
 
     def stop_setting(self, key: str) -> float:
         return self.config.stop(key)

@@ -75,7 +75,7 @@ class LadderOps:
 
     def _stop_target(self, rec: Record, view: View) -> "_Target":
         agent = self.registry.agents.get(rec.agent)
-        backend = self.backend(rec.socket)
+        backend = self.backend_of(rec)
         pane = view.pane_for(rec)
         agent_proc = view.table.get(pane.pid) if pane is not None and not pane.dead else None
 
@@ -119,7 +119,7 @@ class LadderOps:
                 if t.pane_id is not None and t.agent_proc is not None and text is not None \
                         and procs.same_process(*t.agent_proc.key):
                     try:
-                        t.backend.send_keys(t.pane_id, "C-u")
+                        t.backend.send_keys(t.pane_id, "ctrl+u")
                         t.backend.type_text(t.pane_id, text)
                         typed.append(t)
                     except MuxhostError:
@@ -133,7 +133,7 @@ class LadderOps:
                 for t in typed:
                     if t.pause == pause and procs.same_process(*t.agent_proc.key):
                         try:
-                            t.backend.send_keys(t.pane_id, "Enter")
+                            t.backend.send_keys(t.pane_id, "enter")
                         except MuxhostError:
                             pass
         # 2. wait for every process of each agent to end
@@ -240,7 +240,7 @@ class LadderOps:
         """The ladder for an agent muxhost did not start: its pane (the user's shell) is left alone;
         step 3 is SIGHUP to the agent's own tree instead of killing the pane."""
         root = loc.proc
-        backend = self.backend(self.socket)
+        backend = self.current()
 
         def collect(table: procs.ProcessTable) -> list[procs.Proc]:
             return table.tree_of(root.key)

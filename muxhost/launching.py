@@ -19,8 +19,6 @@ from muxhost.store import Record
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _XDG_VARS = ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR")
-# what the launching client's tmux says about ITSELF; the agent's pane gets its own
-_DROP_ENV = ("TMUX", "TMUX_PANE")
 
 
 class LaunchOps:
@@ -28,7 +26,10 @@ class LaunchOps:
 
     def agent_env(self, base: dict[str, str], home: str | None, agent_name: str,
                   extra: Iterable[str] = ()) -> tuple[str, dict[str, str]]:
-        env = {k: v for k, v in base.items() if k not in _DROP_ENV}
+        # what the launching client's multiplexer says about ITSELF (tmux: TMUX, TMUX_PANE): the
+        # agent's pane gets its own
+        drop = set(self.current().client_env)
+        env = {k: v for k, v in base.items() if k not in drop}
         caller_home = base.get("HOME") or os.path.expanduser("~")
         home = os.path.abspath(os.path.expanduser(home)) if home else caller_home
         if home and not os.path.isdir(home):
@@ -71,7 +72,7 @@ class LaunchOps:
         self.check_command(agent, list(launch.argv), full_env, cwd)  # no record, no pane, if it cannot run
         notes = list(ctx.notes)
         rec = Record(id=rid, name=name, agent=agent.name, cwd=cwd, home=home, launched_at=ctx.launched_at,
-                     socket=self.socket, conversation_id=launch.conversation_id, env=full_env,
+                     backend=self.backend_name, socket=self.socket, conversation_id=launch.conversation_id, env=full_env,
                      argv=list(launch.argv))
         cid = launch.conversation_id
         # into a conversation that is on disk (`-- --resume ID`): never while it is being purged
@@ -121,7 +122,7 @@ class LaunchOps:
 
     def _start(self, rec: Record, agent: Agent, launch: Launch, target=None, split=None,
                respawn_pane: str | None = None) -> Live:
-        backend = self.backend(rec.socket)
+        backend = self.backend_of(rec)
         env = dict(rec.env)
         env.update(launch.env)
         try:

@@ -21,21 +21,27 @@ STARTING_GRACE = 30.0  # a `starting` record without a pane after this long is l
 
 @dataclass
 class View:
-    """One look at the world: every pane (one tmux query per server) and the process table."""
+    """One look at the world: every pane (one query per server: ``(backend name, address)``) and the
+    process table."""
 
-    panes: dict[str | None, list[PaneInfo] | None]
+    panes: dict[tuple[str, str | None], list[PaneInfo] | None]
     table: procs.ProcessTable
 
     def pane_for(self, rec: Record) -> PaneInfo | None:
-        panes = self.panes.get(rec.socket) or []
+        panes = self.panes.get(server_of(rec)) or []
         by_option = [p for p in panes if p.record == rec.id]
         if by_option:
             alive = [p for p in by_option if not p.dead]
             return (alive or by_option)[0]
         return None
 
-    def server_running(self, socket: str | None) -> bool:
-        return self.panes.get(socket) is not None
+    def server_running(self, server: tuple[str, str | None]) -> bool:
+        return self.panes.get(server) is not None
+
+
+def server_of(rec: Record) -> tuple[str, str | None]:
+    """The server a record's agent runs on: (backend name, address)."""
+    return (rec.backend or "tmux", rec.socket)
 
 
 @dataclass
@@ -86,9 +92,14 @@ class Live:
 class StateOps:
     """The state half of :class:`muxhost.host.Host`."""
 
-    def view(self, records: Iterable[Record] = (), sockets: Iterable[str | None] = ()) -> View:
-        wanted = {r.socket for r in records} | set(sockets)
-        panes = {s: self.backend(s).snapshot() for s in wanted}
+    def no_server(self) -> str:
+        b = self.current()
+        return f"no {b.name} server running on {b.where()}"
+
+    def view(self, records: Iterable[Record] = (), servers: Iterable[tuple[str, str | None]] = ()) -> View:
+        """Every pane of each server the records are on (and of ``servers``), one query per server."""
+        wanted = {server_of(r) for r in records} | set(servers)
+        panes = {s: self.backend(s[1], s[0]).snapshot() for s in wanted}
         return View(panes, procs.ProcessTable.snapshot())
 
     def live(self, rec: Record, view: View, agent: Agent | None = None, check_resumable: bool = True) -> Live:
@@ -164,7 +175,7 @@ class StateOps:
         by_id = {lv.rec.id: lv for lv in lives}
         others = [r for r in records if r.id not in by_id and r.agent in agents and r.state in ("running", "starting")]
         if others:
-            missing = {r.socket for r in others} - set(view.panes if view else ())
+            missing = {server_of(r) for r in others} - set(view.panes if view else ())
             if view is None or missing:
                 more = self.view(others)
                 view = View({**(view.panes if view else {}), **more.panes}, view.table if view else more.table)
@@ -226,14 +237,15 @@ class StateOps:
 
     def resolve(self, ref: str) -> Record:
         records = self.store.all()
-        if ref.startswith("%"):
-            view = self.view(records, [self.socket])
+        pane_id = self.current().pane_ref(ref)  # "%12" on tmux: the chosen server's pane
+        if pane_id is not None:
+            view = self.view(records, [self.server])
             for rec in reversed(records):
                 pane = view.pane_for(rec)
-                if pane is not None and pane.pane_id == ref and rec.socket == self.socket:
+                if pane is not None and pane.pane_id == pane_id and server_of(rec) == self.server:
                     return rec
-            if not view.server_running(self.socket):
-                raise MuxhostError(f"no tmux server running on {self.backend(self.socket).where()}")
+            if not view.server_running(self.server):
+                raise MuxhostError(self.no_server())
             raise NotFound(f"no muxhost record for pane {ref}")
         exact = [r for r in records if r.id == ref]
         if exact:
@@ -255,7 +267,7 @@ class StateOps:
     def reconcile(self) -> list[str]:
         """Compare records with the panes and the process table; fix what drifted; say what changed."""
         records = self.store.all()
-        view = self.view(records, [self.socket])
+        view = self.view(records, [self.server])
         changes = []
         known = {r.id for r in records}
         lives = []
@@ -283,15 +295,15 @@ class StateOps:
         """The agent in tmux pane ``pane_id`` and its conversation: a record's, or an agent the user
         started by hand, found in the pane's process tree by the plugins' ``process_names``."""
         records = self.store.all()
-        view = self.view(records, [self.socket])
-        panes = view.panes.get(self.socket)
+        view = self.view(records, [self.server])
+        panes = view.panes.get(self.server)
         if panes is None:
-            raise MuxhostError(f"no tmux server running on {self.backend(self.socket).where()}")
+            raise MuxhostError(self.no_server())
         pane = next((p for p in panes if p.pane_id == pane_id), None)
         if pane is None:
             raise NotFound(f"no pane {pane_id}")
         running = {r.id: self.live(r, view, check_resumable=False) for r in records}
-        rec = next((r for r in reversed(records) if r.socket == self.socket and pane.record == r.id), None)
+        rec = next((r for r in reversed(records) if server_of(r) == self.server and pane.record == r.id), None)
         if rec is not None:
             lv = running[rec.id]
             self.refresh([lv], view, records)

@@ -32,10 +32,24 @@ class PaneInfo:
     extra: Mapping[str, str] = field(default_factory=dict)
 
 
+#: key names the host uses, the same for every backend (each maps them to its own): "enter",
+#: "esc", "tab", "backspace", "up", "down", "left", "right", and "ctrl+<letter>"
+KEYS = ("enter", "esc", "tab", "backspace", "up", "down", "left", "right")
+
+
 class Backend(ABC):
-    """One terminal multiplexer server (a tmux socket, a herdr session)."""
+    """One terminal multiplexer server (a tmux socket, a herdr session).
+
+    A factory registered with ``muxhost_register_backends`` makes one: ``factory(address, config)``,
+    where ``address`` is the server's address (a tmux socket name, a herdr socket path; None = the
+    backend's default server). A factory may have an attribute ``resolve_address(given, config)``
+    that turns the user's choice (``--socket``, else the backend's own environment variable or
+    config key) into the address records keep."""
 
     name: str = ""
+    #: what the multiplexer tells processes about the client they run in (tmux: TMUX, TMUX_PANE);
+    #: never handed from the launching muxhost to an agent, whose pane gets its own
+    client_env: tuple[str, ...] = ()
 
     @abstractmethod
     def snapshot(self) -> list[PaneInfo] | None:
@@ -60,7 +74,7 @@ class Backend(ABC):
 
     @abstractmethod
     def send_keys(self, pane_id: str, *keys: str) -> None:
-        """Press keys by name: ``C-u``, ``Enter``."""
+        """Press keys by their backend-neutral names (:data:`KEYS`, ``ctrl+u``)."""
 
     @abstractmethod
     def capture(self, pane_id: str) -> str:
@@ -89,6 +103,20 @@ class Backend(ABC):
     def where(self) -> str:
         """This server, for messages ("socket 'agents'")."""
         return self.name
+
+    @property
+    def address(self) -> str | None:
+        """This server's address, as records keep it (None: the backend's default server)."""
+        return None
+
+    def pane_ref(self, text: str) -> str | None:
+        """The pane id a user's REF names on this backend (tmux: ``%12``), or None when ``text`` is no
+        pane reference of this backend."""
+        return None
+
+    def attach_hint(self, pane: PaneInfo) -> str:
+        """How the user gets to ``pane`` (``tmux -L agents attach -t demo-1a2b``), or ""."""
+        return ""
 
     def move_client_off(self, client: str, session_id: str, text: str) -> str | None:
         """Before session ``session_id`` goes away: if the user's ``client`` is on it, move the client

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import shutil
 import subprocess
 from typing import Iterator, Mapping, Sequence
 
+from muxhost import launcher
 from muxhost.backends import AGENT_OPTION, RECORD_OPTION, Backend, PaneInfo
 from muxhost.errors import MuxhostError, NotFound, UsageError
 
@@ -20,6 +20,8 @@ SEP = "\x1f"
 _FIELDS = ("pane_id", "pane_pid", "pane_dead", "pane_dead_status", "session_id", "session_name",
            "window_id", "pane_current_path", "pane_current_command", RECORD_OPTION, AGENT_OPTION)
 FORMAT = SEP.join("#{%s}" % f for f in _FIELDS)
+# what tmux sets in a new pane's environment itself; the launcher takes these from its own
+PANE_ENV = ("TMUX", "TMUX_PANE", "TERM", "TERM_PROGRAM", "TERM_PROGRAM_VERSION", "SHELL")
 _NO_SERVER = ("no server running", "error connecting to", "No such file or directory", "server exited")
 
 
@@ -34,8 +36,28 @@ def _parse(line: str) -> PaneInfo | None:
                     command=parts[8], record=parts[9] or None, agent=parts[10] or None)
 
 
+_KEYS = {"enter": "Enter", "esc": "Escape", "tab": "Tab", "backspace": "BSpace", "up": "Up", "down": "Down",
+         "left": "Left", "right": "Right"}
+
+
+def tmux_key(name: str) -> str:
+    """A backend-neutral key name (``enter``, ``ctrl+u``) as tmux spells it (``Enter``, ``C-u``)."""
+    if name in _KEYS:
+        return _KEYS[name]
+    if name.startswith("ctrl+") and len(name) == 6:
+        return "C-" + name[5:]
+    raise UsageError(f"unknown key name {name!r}")
+
+
+def resolve_address(given: str | None, config=None) -> str | None:
+    """The tmux socket: ``--socket``, else ``$MUXHOST_TMUX_SOCKET``, else config ``tmux.socket_name``,
+    else None (your own server)."""
+    return given or os.environ.get("MUXHOST_TMUX_SOCKET") or (config.socket_name if config is not None else None) or None
+
+
 class TmuxBackend(Backend):
     name = "tmux"
+    client_env = ("TMUX", "TMUX_PANE")
 
     def __init__(self, socket_name: str | None = None, config=None):
         self.socket_name = socket_name
@@ -51,6 +73,17 @@ class TmuxBackend(Backend):
 
     def where(self) -> str:
         return f"socket {self.socket_name!r}" if self.socket_name else "the default socket"
+
+    @property
+    def address(self) -> str | None:
+        return self.socket_name
+
+    def pane_ref(self, text: str) -> str | None:
+        return text if len(text) > 1 and text[0] == "%" and text[1:].isdigit() else None
+
+    def attach_hint(self, pane: PaneInfo) -> str:
+        sock = f" -L {self.socket_name}" if self.socket_name else ""
+        return f"tmux{sock} attach -t {pane.session_name}" if pane.session_name else ""
 
     def _run(self, *args: str, check: bool = True, fast: bool = False) -> subprocess.CompletedProcess:
         """Run one tmux command (a list joined by ";" elements is still one tmux process).
@@ -100,19 +133,13 @@ class TmuxBackend(Backend):
 
     # -- actions ----------------------------------------------------------------------------
     @staticmethod
-    def _command(argv: Sequence[str]) -> list[str]:
-        # tmux runs a single argument through `sh -c`; make it exec so the agent IS the pane's process
-        argv = list(argv)
-        if len(argv) == 1:
-            return ["exec " + shlex.quote(argv[0])]
-        return argv
-
-    @staticmethod
-    def _env_args(env: Mapping[str, str]) -> list[str]:
-        out = []
-        for k, v in env.items():
-            out += ["-e", f"{k}={v}"]
-        return out
+    def _command(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> launcher.LaunchFile:
+        """The pane's command: muxhost's launcher and a 0600 file holding ``argv``, ``cwd`` and
+        exactly ``env`` — no value on any command line, where every local user can read it. tmux
+        hands a new pane its server's stale environment (and its client's PATH); the launcher keeps
+        only what tmux sets for the pane itself (:data:`PANE_ENV`) and execs the agent, so the agent
+        IS the pane's process."""
+        return launcher.write(argv, cwd=cwd, env=env, inherit=PANE_ENV)
 
     def _after(self, options: Mapping[str, str]) -> list[str]:
         # in the same tmux command list, so they apply before the new process can exit
@@ -121,33 +148,8 @@ class TmuxBackend(Backend):
             out += [";", "set-option", "-p", k, v]
         return out
 
-    def _unset_stale(self, argv: Sequence[str], env: Mapping[str, str], target: str | None = None) -> list[str]:
-        """tmux gives a new pane the SERVER's environment (as it was when the server started) plus
-        ``-e``; a variable the agent must not have is removed with ``env -u NAME`` (names only, no
-        values on any command line), which then execs the agent."""
-        names: set[str] = set()
-        p = self._run("show-environment", "-g", check=False, fast=True)
-        if p.returncode != 0:
-            names |= set(os.environ)  # no server yet: it starts with our environment
-        else:
-            names |= {ln.split("=", 1)[0] for ln in p.stdout.splitlines() if ln and not ln.startswith("-")}
-        if target:
-            q = self._run("show-environment", "-t", target.split(":")[0], check=False, fast=True)
-            if q.returncode == 0:
-                names |= {ln.split("=", 1)[0] for ln in q.stdout.splitlines() if ln and not ln.startswith("-")}
-        stale = sorted(n for n in names - set(env) - {"TMUX", "TMUX_PANE"} if n)
-        # tmux gives a new session the calling client's PATH whatever `-e PATH=` says
-        path = [f"PATH={env['PATH']}"] if env.get("PATH") and env.get("PATH") != os.environ.get("PATH") else []
-        if not stale and not path:
-            return list(argv)
-        out = [shutil.which("env") or "/usr/bin/env"]
-        for n in stale:
-            out += ["-u", n]
-        return out + ["--", *path, *argv]  # env: options, `--`, NAME=VALUE…, then the command
-
     def create(self, argv, *, cwd, env, name, target=None, split=None, options={}):
         fmt = ["-P", "-F", FORMAT]
-        cmd = self._command(self._unset_stale(argv, env, target))
         # The new pane's options are set in the SAME tmux command list, so they apply before its
         # process can exit. That needs the new pane to be "current", so windows and splits are made
         # without -d and the user's previous pane/window is selected again at the end.
@@ -169,18 +171,29 @@ class TmuxBackend(Backend):
             # tmux resizes the window to the client when someone attaches
             args = ["new-session", "-d", "-s", name, "-c", cwd, "-x", "200", "-y", "50"]
             created = True
-        p = self._run(*args, *self._env_args(env), *fmt, "--", *cmd, *self._after(options), *restore)
-        info = _parse(p.stdout.splitlines()[0]) if p.stdout.strip() else None
-        if info is None:
-            raise MuxhostError(f"tmux {args[0]} printed no pane")
+        cmd = self._command(argv, cwd, env)
+        try:
+            p = self._run(*args, *fmt, "--", *cmd.argv, *self._after(options), *restore)
+            info = _parse(p.stdout.splitlines()[0]) if p.stdout.strip() else None
+            if info is None:
+                raise MuxhostError(f"tmux {args[0]} printed no pane")
+        except BaseException:
+            cmd.discard()  # no pane: no environment left on disk
+            raise
+        cmd.wait(info.pid)
         return info, created
 
     def respawn(self, pane_id, argv, *, cwd, env):
-        cmd = self._command(self._unset_stale(argv, env, pane_id))
-        self._run("respawn-pane", "-k", "-t", pane_id, "-c", cwd, *self._env_args(env), "--", *cmd)
-        info = self.pane(pane_id)
-        if info is None:
-            raise MuxhostError(f"pane {pane_id} vanished after respawn")
+        cmd = self._command(argv, cwd, env)
+        try:
+            self._run("respawn-pane", "-k", "-t", pane_id, "-c", cwd, "--", *cmd.argv)
+            info = self.pane(pane_id)
+            if info is None:
+                raise MuxhostError(f"pane {pane_id} vanished after respawn")
+        except BaseException:
+            cmd.discard()
+            raise
+        cmd.wait(info.pid)
         return info
 
     def _act(self, *args: str, check: bool = True) -> None:
@@ -215,7 +228,7 @@ class TmuxBackend(Backend):
         self._act("send-keys", "-t", pane_id, "-l", text)
 
     def send_keys(self, pane_id, *keys):
-        self._act("send-keys", "-t", pane_id, *keys)
+        self._act("send-keys", "-t", pane_id, *map(tmux_key, keys))
 
     def capture(self, pane_id):
         return self._run("capture-pane", "-p", "-J", "-S", "-", "-t", pane_id).stdout

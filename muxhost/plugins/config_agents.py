@@ -18,7 +18,6 @@ Config agents do not know their agent's storage, so they cannot purge.
 from __future__ import annotations
 
 import os
-import uuid
 from typing import Any
 
 import muxhost
@@ -44,6 +43,8 @@ class ConfigAgent(Agent):
 
     def launch(self, ctx: AgentContext) -> Launch:
         if any(TOKEN in a for a in self.command):
+            import uuid
+
             cid = str(uuid.uuid4())
             return Launch(self._fill(self.command, cid) + list(ctx.args), conversation_id=cid)
         return Launch(self.command + list(ctx.args))

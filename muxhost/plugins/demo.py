@@ -9,20 +9,19 @@ per prompt, and a live registry ``live/<pid>.json`` saying which conversation a 
 from __future__ import annotations
 
 import json
-import shutil
 import sys
-import uuid
 from pathlib import Path
 
 import muxhost
 from muxhost import procs
 from muxhost.agent import Agent, AgentContext, Launch
-from muxhost.artifacts import File, Lines
 from muxhost.demo_agent import ID_PATTERN
 
 
 def _program() -> list[str]:
     """argv[0..] of muxhost-demo: the console script beside this Python, else ``python -m``."""
+    import shutil
+
     beside = Path(sys.executable).parent / "muxhost-demo"
     if beside.exists():
         return [str(beside)]
@@ -92,6 +91,8 @@ class DemoAgent(Agent):
 
     # -- the Agent API -------------------------------------------------------------------------
     def launch(self, ctx: AgentContext) -> Launch:
+        import uuid
+
         cid = uuid.uuid4().hex  # chosen up front: the record knows its conversation from the start
         return Launch([*_program(), "--id", cid, *ctx.args], conversation_id=cid)
 
@@ -129,6 +130,8 @@ class DemoAgent(Agent):
 
     def artifacts(self, ctx: AgentContext, conversation_id: str) -> list:
         # typed: the host checks each is there, prints the plan, removes them and reads the residual
+        from muxhost.artifacts import File, Lines
+
         stale = [File(e["_path"]) for e in self._live(ctx)
                  if e.get("conversation") == conversation_id and not self._alive(e)]
         return [File(self._conv(ctx, conversation_id)),

@@ -31,7 +31,7 @@ def run_key(host, pane: str | None, client: str | None, prepare: bool) -> int:
 
     if not pane:
         raise UsageError("the purge key's steps need --pane")
-    backend = host.backend(host.socket)
+    backend = host.current()
     try:
         if prepare:
             loc = host.locate(pane)

@@ -11,6 +11,15 @@ def _factory(socket_name=None, config=None):
     return TmuxBackend(socket_name, config)
 
 
+def _resolve_address(given, config=None):
+    from muxhost.backends.tmux import resolve_address
+
+    return resolve_address(given, config)
+
+
+_factory.resolve_address = _resolve_address
+
+
 @muxhost.hookimpl
 def muxhost_register_backends(register):
     register("tmux", _factory)
