@@ -1,0 +1,184 @@
+"""Host logic that needs no real pane, run in-process against a fake backend (no tmux, no CLI
+start-up): real processes, a real store, the real host. Fast, so the rules can be tried many ways."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+import muxhost
+from muxhost.agent import Agent, Launch
+from muxhost.backends import Backend, PaneInfo
+from muxhost.host import Host
+from muxhost.plugins import get_plugin_manager
+from muxhost.store import Store
+
+PROGRAM = """
+import json, os, sys, time, uuid
+folder = sys.argv[1]
+cid = uuid.uuid4().hex
+os.makedirs(folder, exist_ok=True)
+open(os.path.join(folder, cid + '.json'), 'w').write(json.dumps({'pid': os.getpid(), 'cwd': os.getcwd(), 'created': time.time()}))
+print('ready', flush=True)
+for line in sys.stdin:
+    if line.strip() == '/exit':
+        break
+"""
+
+
+class FakeBackend(Backend):
+    """Panes as plain child processes with pipes: what the host needs of a backend, nothing more."""
+
+    name = "fake"
+
+    def __init__(self, address=None, config=None):
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.meta: dict[str, dict] = {}
+        self.calls: list[tuple] = []
+
+    def snapshot(self):
+        self.calls.append(("snapshot",))
+        return [PaneInfo(pane_id=pid, pid=p.pid, dead=p.poll() is not None, dead_status=p.poll(),
+                         session_id="$" + pid, session_name=self.meta[pid]["name"], record=self.meta[pid]["record"],
+                         agent=self.meta[pid]["agent"]) for pid, p in self.procs.items()]
+
+    def create(self, argv, *, cwd, env, name, target=None, split=None, options={}):
+        pane = f"f{len(self.procs) + 1}"
+        self.procs[pane] = subprocess.Popen(list(argv), cwd=cwd, env=dict(env), stdin=subprocess.PIPE,
+                                            stdout=subprocess.DEVNULL, text=True, start_new_session=True)
+        self.meta[pane] = {"name": name, "record": options.get("@muxhost_record"), "agent": options.get("@muxhost_agent")}
+        return self.snapshot()[-1], True
+
+    def respawn(self, pane_id, argv, *, cwd, env):
+        raise NotImplementedError
+
+    def type_text(self, pane_id, text):
+        self.calls.append(("type", pane_id, text))
+        self._pending = getattr(self, "_pending", {})
+        self._pending[pane_id] = self._pending.get(pane_id, "") + text
+
+    def send_keys(self, pane_id, *keys):
+        self.calls.append(("keys", pane_id, *keys))
+        for key in keys:
+            if key == "enter":
+                p = self.procs[pane_id]
+                try:
+                    p.stdin.write(getattr(self, "_pending", {}).pop(pane_id, "") + "\n")
+                    p.stdin.flush()
+                except OSError:
+                    pass
+            elif key == "ctrl+u":
+                getattr(self, "_pending", {}).pop(pane_id, None)
+
+    def capture(self, pane_id):
+        return ""
+
+    def kill_pane(self, pane_id):
+        self.calls.append(("kill_pane", pane_id))
+        p = self.procs[pane_id]
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGHUP)
+
+    def kill_session(self, session_id):
+        self.calls.append(("kill_session", session_id))
+        self.kill_pane(session_id[1:])
+
+
+class Naive(Agent):
+    """The first plugin people write: the newest conversation in my cwd since my launch, not claimed."""
+
+    name = "naive"
+    id_pattern = r"[0-9a-f]{32}"
+    process_names = ("python3",)
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    def launch(self, ctx):
+        return Launch([sys.executable, "-c", PROGRAM, str(self.folder)])
+
+    def discover(self, ctx):
+        best = None
+        for path in self.folder.glob("*.json"):
+            meta = json.loads(path.read_text())
+            if meta["cwd"] != ctx.cwd or meta["created"] < ctx.launched_at or path.stem in ctx.claimed:
+                continue
+            if best is None or meta["created"] > best[0]:
+                best = (meta["created"], path.stem)
+        return best[1] if best else ctx.conversation_id
+
+    def exists(self, ctx, cid):
+        return (self.folder / f"{cid}.json").exists()
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    fake = FakeBackend()
+    plugin = types.SimpleNamespace()
+    plugin.muxhost_register_backends = muxhost.hookimpl(lambda register: register("fake", lambda a=None, c=None: fake))
+    plugin.muxhost_register_agents = muxhost.hookimpl(lambda register: register(Naive(tmp_path / "convs")))
+    pm = get_plugin_manager(load_entrypoints=False)
+    pm.register(plugin, name="inprocess")
+    h = Host(pm=pm, store=Store(tmp_path / "state.db"), backend="fake")
+    h.fake = fake
+    yield h
+    for p in fake.procs.values():
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def own(host, live) -> str:
+    pid = host.fake.procs[live.pane.pane_id].pid
+    folder = host.registry.agents["naive"].folder
+    return next(p.stem for p in folder.glob("*.json") if json.loads(p.read_text())["pid"] == pid)
+
+
+def wait_files(host, n):
+    folder = host.registry.agents["naive"].folder
+    deadline = time.monotonic() + 10
+    while len(list(folder.glob("*.json"))) < n:
+        assert time.monotonic() < deadline, "the agents did not write their conversations"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_n_naive_agents_in_one_folder_each_get_their_own_conversation(host, tmp_path, n):
+    lives = []
+    for i in range(n):
+        lives.append(host.launch("naive", cwd=str(tmp_path)))
+        wait_files(host, i + 1)
+        if i % 2 == 0:
+            host.ls()  # some refreshes between launches, some not
+        time.sleep(0.02)
+    for _ in range(3):
+        listed = {lv.rec.id: lv for lv in host.ls()}
+    for lv in lives:
+        rec = listed[lv.rec.id].rec
+        assert rec.conversation_id == own(host, lv) and rec.conversations == [own(host, lv)]
+
+
+def test_stop_many_is_one_ladder_for_all(host, tmp_path):
+    lives = [host.launch("naive", cwd=str(tmp_path)) for _ in range(4)]
+    wait_files(host, 4)
+    t0 = time.monotonic()
+    results = host.stop_many([lv.rec for lv in lives])
+    assert [r.rec.outcome for r in results] == ["exit"] * 4
+    assert time.monotonic() - t0 < 4 * 0.5  # one exit pause for all, not one each
+    typed = [c for c in host.fake.calls if c[0] == "type"]
+    assert len(typed) == 4 and all(c[2] == "/exit" for c in typed)
+    assert all(p.poll() is not None for p in host.fake.procs.values())
+
+
+def test_a_record_keeps_its_backend_and_address(host, tmp_path):
+    lv = host.launch("naive", cwd=str(tmp_path))
+    assert (lv.rec.backend, lv.rec.socket) == ("fake", None)
+    assert host.store.get(lv.rec.id).backend == "fake"
+    assert host.live(lv.rec, host.view([lv.rec])).state == "running"
