@@ -5,9 +5,9 @@ a conversation's bytes are; the host then does everything else, the same way for
 
 - prints the plan (``--dry-run`` stops there, having changed nothing);
 - checks every path, after symlinks, lies inside the agent's roots (``Agent.roots(ctx)``: its data,
-  config, state and cache homes unless the plugin says more), that a :class:`File` is not a folder,
-  and that table and column names are plain identifiers — a plan that breaks a rule is refused
-  before anything runs;
+  config, state and cache homes unless the plugin says more) and that what is removed is no root
+  itself, that a :class:`File` is not a folder, and that table and column names are plain
+  identifiers — a plan that breaks a rule is refused before anything runs;
 - removes in one fixed order: the agent's own :class:`Command`, then :class:`Rows` (one transaction
   per database, ``secure_delete`` on, then a VACUUM so deleted text does not stay in free pages), then
   shared files in place under lock (:class:`Lines`, :class:`JsonMember`), then :class:`File` and
@@ -29,6 +29,16 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _many(values: Any) -> tuple:
+    """A collection of values as a tuple; one string is one value (never its characters)."""
+    return (values,) if isinstance(values, (str, bytes)) else tuple(values)
+
+
+def _names(keys: Any) -> tuple:
+    """A key path as a tuple of names; one string is a path of one name."""
+    return (keys,) if isinstance(keys, str) else tuple(keys)
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,9 @@ class Rows(Artifact):
     values: tuple = ()
     conversation: str | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "values", _many(self.values))
+
     def all_values(self) -> tuple:
         return tuple(self.values) if self.values else (self.value,)
 
@@ -107,6 +120,11 @@ class Lines(Artifact):
     lock: Lock | None = None
     conversation: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.key is not None and not isinstance(self.key, str):
+            object.__setattr__(self, "key", _names(self.key))
+        object.__setattr__(self, "values", frozenset(_many(self.values)))
+
 
 @dataclass(frozen=True)
 class JsonMember(Artifact):
@@ -119,6 +137,9 @@ class JsonMember(Artifact):
     equals: Any = None
     lock: Lock | None = None
     conversation: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "keys", _names(self.keys))
 
 
 @dataclass(frozen=True)
@@ -135,6 +156,8 @@ class Command(Artifact):
     conversation: str | None = None
 
     def __init__(self, argv, env=None, cwd=None, timeout: float = 60.0, conversation: str | None = None):
+        if isinstance(argv, (str, bytes)):
+            raise TypeError(f"Command takes an argv list, never a shell string: {argv!r}")
         object.__setattr__(self, "argv", tuple(argv))
         object.__setattr__(self, "env", tuple(sorted((env or {}).items())) if isinstance(env, dict) else tuple(env or ()))
         object.__setattr__(self, "cwd", cwd)

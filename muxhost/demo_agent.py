@@ -10,8 +10,8 @@ has that muxhost cares about. Storage (under ``$MUXHOST_DEMO_HOME``, else
 - ``history.jsonl``             shared by all conversations: one line per prompt, with its id
 - ``live/<pid>.json``           the live registry: which conversation this process is in now
 
-Commands: ``/exit``, ``/new`` (a fresh conversation, like ``/clear``), ``/child [N]`` (a child
-conversation, N levels deep), ``/id``, ``/help``.
+Commands: ``/exit``, ``/new`` (a fresh conversation, like ``/clear``), ``/child [N] [TEXT]`` (a child
+conversation, N levels deep; each holds TEXT, when given, as its task), ``/id``, ``/help``.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"muxhost demo agent · conversation {cid}")
     demo.enter(cid)
     atexit.register(demo.leave)
-    print("type a line; /child [N], /new, /id, /exit")
+    print("type a line; /child [N] [TEXT], /new, /id, /exit")
     while True:
         try:
             line = input("demo> ")
@@ -137,15 +137,21 @@ def main(argv: list[str] | None = None) -> int:
             demo.enter(demo.create())
             print(f"new conversation {demo.conversation}")
         elif line.split()[0] == "/child":
-            depth = int(line.split()[1]) if len(line.split()) > 1 and line.split()[1].isdigit() else 1
+            words = line.split(maxsplit=2)  # /child [N] [TEXT]
+            numbered = len(words) > 1 and words[1].isdigit()
+            depth = int(words[1]) if numbered else 1
+            task = " ".join(words[2:] if numbered else words[1:])
             parent = demo.conversation
             for _ in range(max(1, depth)):
                 child = demo.create(parent=parent)
+                if task:  # the child's task, as a sub-agent's conversation holds its prompt
+                    demo.say(child, "user", task)
                 demo.say(child, "agent", f"child of {parent} at work")
                 print(f"child conversation {child} (parent {parent})")
                 parent = child
         elif line == "/help":
-            print("/child [N]  start a child conversation N levels deep\n/new  a fresh conversation\n/exit  quit")
+            print("/child [N] [TEXT]  start a child conversation N levels deep (holding TEXT)\n"
+                  "/new  a fresh conversation\n/exit  quit")
         else:
             print(demo.prompt(line))
     print(f"resume with: muxhost-demo --resume {demo.conversation}")

@@ -13,8 +13,10 @@ import json
 import os
 import re
 import shlex
+import shutil
 import sqlite3
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -26,6 +28,8 @@ from muxhost.errors import MuxhostError, Refused
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SQL_TIMEOUT = 10.0
+#: seconds a rewrite of a shared file waits for the file's flock and for the agent's own lock
+LOCK_TIMEOUT = 10.0
 MAX_FAMILY = 10_000
 
 
@@ -41,7 +45,10 @@ def family(agent, ctx, conversation_id: str) -> list[str]:
     while frontier and len(out) < MAX_FAMILY:
         nxt = []
         for cid in frontier:
-            for child in agent.children(ctx, cid) or []:
+            kids = agent.children(ctx, cid) or []
+            if isinstance(kids, (str, bytes)):  # its characters are no ids: fail closed
+                raise TypeError(f"children() returned {kids!r}, not a list of ids")
+            for child in kids:
                 if child not in seen and agent.valid_id(child):
                     seen.add(child)
                     nxt.append(child)
@@ -91,10 +98,14 @@ def _where(path, ctx) -> str:
 
 def check(art: Artifact, roots: list[str], ctx) -> None:
     """The rules every plan keeps, whatever the plugin: paths inside the roots (the place a file is
-    removed from, after symlinks; the target of what is rewritten), plain SQL identifiers."""
+    removed from, after symlinks; the target of what is rewritten), never a whole root removed, plain
+    SQL identifiers, and artifacts whole enough to carry out (a key path, an argv)."""
     def own(path, *, target: bool) -> None:
         p = os.path.abspath(os.fspath(path))
         real = os.path.realpath(p) if target else os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p))
+        if not target and real in roots:  # a File or Dir is never a whole root
+            raise PlanError(f"refused: the plan removes {_where(p, ctx)}, one of the agent's folders itself; "
+                            "nothing was removed")
         if not _inside(real, roots):
             raise PlanError(f"refused: the plan names {_where(p, ctx)}, which is outside the agent's folders "
                             f"({', '.join(_where(r, ctx) for r in roots)}); nothing was removed")
@@ -114,24 +125,61 @@ def check(art: Artifact, roots: list[str], ctx) -> None:
             own(art.lock.path, target=False)
         if isinstance(art, Lines) and art.key is None and art.contains is None:
             raise PlanError("refused: a Lines artifact needs `key` or `contains`")
+        if isinstance(art, JsonMember) and (not art.keys or not all(isinstance(k, str) for k in art.keys)):
+            raise PlanError(f"refused: a JsonMember of {_where(art.path, ctx)} needs a key path of names, "
+                            f"not {art.keys!r}; nothing was removed")
+    elif isinstance(art, Command):
+        if not art.argv or not all(isinstance(a, str) for a in art.argv) \
+                or not all(isinstance(x, str) for kv in art.env for x in kv):
+            raise PlanError(f"refused: a Command needs an argv of strings (and string env), not {art.argv!r}; "
+                            "nothing was removed")
 
 
-def _ro(db: str) -> sqlite3.Connection:
-    """A read-only connection, also to a WAL database whose -shm is missing or not ours."""
-    uri = "file:" + Path(db).resolve().as_posix().replace("?", "%3f").replace("#", "%23")
+def _is_wal(db: Path) -> bool:
+    with open(db, "rb") as f:
+        head = f.read(20)
+    return head[:16] == b"SQLite format 3\x00" and head[18:20] == b"\x02\x02"
+
+
+@contextlib.contextmanager
+def _reading(db: str) -> Iterator[sqlite3.Connection]:
+    """A read-only connection that changes nothing on disk. A WAL database at rest (no -shm: no
+    connection has it open) is read without one, since SQLite would create the -shm and -wal for
+    any reader: the main file ``immutable`` when no -wal holds commits, else a private copy of
+    both. Otherwise ``mode=ro`` (``immutable`` when that cannot read it)."""
+    path = Path(db).resolve()
+    uri = "file:" + path.as_posix().replace("?", "%3f").replace("#", "%23")
+    wal, tmp = Path(f"{path}-wal"), None
     try:
-        con = sqlite3.connect(uri + "?mode=ro", uri=True, timeout=SQL_TIMEOUT)
-        con.execute("select count(*) from sqlite_master").fetchone()
-        return con
-    except sqlite3.Error:
-        return sqlite3.connect(uri + "?mode=ro&immutable=1", uri=True, timeout=SQL_TIMEOUT)
+        if _is_wal(path) and not os.path.exists(f"{path}-shm"):
+            if wal.is_file() and wal.stat().st_size:
+                tmp = tempfile.mkdtemp(prefix="muxhost-plan-")
+                shutil.copyfile(path, os.path.join(tmp, "copy.db"))
+                shutil.copyfile(wal, os.path.join(tmp, "copy.db-wal"))
+                con = sqlite3.connect(os.path.join(tmp, "copy.db"), timeout=SQL_TIMEOUT)
+            else:
+                con = sqlite3.connect(uri + "?mode=ro&immutable=1", uri=True, timeout=SQL_TIMEOUT)
+        else:
+            try:
+                con = sqlite3.connect(uri + "?mode=ro", uri=True, timeout=SQL_TIMEOUT)
+                con.execute("select count(*) from sqlite_master").fetchone()
+            except sqlite3.Error:
+                con = sqlite3.connect(uri + "?mode=ro&immutable=1", uri=True, timeout=SQL_TIMEOUT)
+        try:
+            yield con
+        finally:
+            con.close()
+    except OSError as e:  # (as one of SQLite's: the database could not be read)
+        raise sqlite3.OperationalError(e.strerror or str(e)) from e
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _count_rows(art: Rows) -> int:
     if not os.path.exists(art.db):
         return 0
-    con = _ro(os.fspath(art.db))
-    try:
+    with _reading(os.fspath(art.db)) as con:
         if not con.execute("select 1 from sqlite_master where type = 'table' and name = ?", (art.table,)).fetchone():
             return 0
         cols = [r[1] for r in con.execute(f'pragma table_info("{art.table}")')]
@@ -140,8 +188,6 @@ def _count_rows(art: Rows) -> int:
         vals = art.all_values()
         marks = ",".join("?" * len(vals))
         return con.execute(f'select count(*) from "{art.table}" where "{art.column}" in ({marks})', vals).fetchone()[0]
-    finally:
-        con.close()
 
 
 def line_matcher(art: Lines):
@@ -170,6 +216,14 @@ def line_matcher(art: Lines):
             return False
 
     return match
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """The lines of ``data``, each with its ``\\n``: only ``\\n`` ends a line (a ``\\r`` inside a
+    log line is part of it, as it is when the file is read line by line)."""
+    lines = [ln + b"\n" for ln in data.split(b"\n")]
+    lines[-1] = lines[-1][:-1]
+    return lines if lines[-1] else lines[:-1]
 
 
 def _count_lines(art: Lines) -> int:
@@ -262,28 +316,31 @@ def carry_out(items: list[Item], ctx, notes: list[str]) -> list[str]:
     by_db: dict[str, list[Rows]] = {}
     for item in items:
         if isinstance(item.artifact, Rows):
-            by_db.setdefault(os.path.abspath(item.artifact.db), []).append(item.artifact)
+            by_db.setdefault(os.path.realpath(item.artifact.db), []).append(item.artifact)
     for db, rows in by_db.items():
         _delete_rows(db, rows, ctx, notes)
     shared: dict[str, list[Item]] = {}
     for item in items:
         if isinstance(item.artifact, (Lines, JsonMember)):
-            shared.setdefault(os.path.abspath(item.artifact.path), []).append(item)
+            shared.setdefault(os.path.realpath(item.artifact.path), []).append(item)
     for path, group in shared.items():
         _rewrite(path, [i.artifact for i in group], ctx, notes)
     for kind in (File, Dir):
         for item in items:
             if isinstance(item.artifact, kind):
                 try:
-                    fsutil.remove(item.artifact.path)
+                    if kind is File:
+                        os.unlink(item.artifact.path)  # a file or a link; never a folder, even one made since
+                    else:
+                        fsutil.remove(item.artifact.path)
+                except FileNotFoundError:
+                    pass  # gone already (the agent's own command removed it)
                 except OSError as e:
                     notes.append(f"could not remove {item.label}: {e.strerror or e}")
     return ran
 
 
 def _run(cmd: Command, ctx, notes: list[str]) -> bool:
-    import shutil
-
     env = {k: v for k, v in ctx.env.items() if k != "MUXHOST_RECORD"}
     env.setdefault("HOME", ctx.home)
     env.update(dict(cmd.env))
@@ -310,8 +367,11 @@ def _run(cmd: Command, ctx, notes: list[str]) -> bool:
 def _delete_rows(db: str, rows: list[Rows], ctx, notes: list[str]) -> None:
     """One write transaction for the database (``secure_delete`` on; repeated while triggers write
     rows back), then checkpoint + VACUUM so the deleted text is gone from the file's bytes too."""
+    if not os.path.exists(db):
+        return  # gone already (the agent's own command removed it): never make an empty one
+    uri = "file:" + Path(db).as_posix().replace("?", "%3f").replace("#", "%23") + "?mode=rw"
     try:
-        con = sqlite3.connect(db, timeout=SQL_TIMEOUT, isolation_level=None)
+        con = sqlite3.connect(uri, uri=True, timeout=SQL_TIMEOUT, isolation_level=None)
     except sqlite3.Error as e:
         notes.append(f"could not open {_where(db, ctx)} to delete rows: {e}")
         return
@@ -347,7 +407,7 @@ def _delete_rows(db: str, rows: list[Rows], ctx, notes: list[str]) -> None:
 
 
 @contextlib.contextmanager
-def _held(lock, timeout: float = 10.0) -> Iterator[None]:
+def _held(lock, timeout: float) -> Iterator[None]:
     """The agent's own lock of a shared file, when the artifact names one."""
     if lock is None:
         yield
@@ -393,8 +453,7 @@ def _rewrite(path: str, arts: list, ctx, notes: list[str]) -> None:
 
     def transform(data: bytes) -> bytes:
         if matchers:
-            kept = [ln for ln in data.splitlines(keepends=True)
-                    if not any(m(ln.rstrip(b"\r\n")) for m in matchers)]
+            kept = [ln for ln in split_lines(data) if not any(m(ln.rstrip(b"\r\n")) for m in matchers)]
             data = b"".join(kept)
         for m in members:
             data = drop_member(data, tuple(m.keys), m.equals)
@@ -404,8 +463,8 @@ def _rewrite(path: str, arts: list, ctx, notes: list[str]) -> None:
     try:
         with contextlib.ExitStack() as stack:
             for lock in locks:
-                stack.enter_context(_held(lock))
-            fsutil.rewrite(target, transform)
+                stack.enter_context(_held(lock, LOCK_TIMEOUT))
+            fsutil.rewrite(target, transform, lock_timeout=LOCK_TIMEOUT)
     except (OSError, ValueError) as e:
         notes.append(f"could not rewrite {_where(path, ctx)}: {e}")
 
