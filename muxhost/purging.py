@@ -74,7 +74,8 @@ class PurgeOps:
         report = PurgeReport(agent=agent.name, conversation_id=conversation_id, record=rec.id if rec else None)
         items, legacy = self._plan(agent, ctx, members)
         report.plan = plans.labels(items) if items is not None else legacy
-        if not report.plan:
+        # (the agent's own delete command alone is nothing to purge: nothing of it is on disk)
+        if not report.plan or (items is not None and all(i.artifact.kind == "command" for i in items)):
             raise NotFound(f"nothing to purge: conversation {conversation_id} of agent {agent.name} has no artifacts")
         if dry_run:
             report.dry_run = True

@@ -765,9 +765,10 @@ def test_a_typed_plugin_purges_the_conversation_and_its_children_and_nothing_els
     assert (kit.mux.home / ".config/typed/state.json").read_bytes() == b'{\n  "last": {\n    "/src/other": "n1"\n  }\n}\n'
     assert b"c1 one" not in db.read_bytes() and b"c2 one" not in db.read_bytes()
 
-    # again: only the agent's own command is left to run (it is always in the plan)
+    # again: only the agent's own command would be left: that is nothing to purge (exit 3), and it
+    # does not run
     r = kit.purge("c1", "--yes", "--json")
-    assert r.rc == 0 and r.json["residual"] == [] and r.json["removed"] == [report["removed"][0]]
+    assert r.rc == 3 and "nothing to purge" in r.err
 
 
 @pytest.mark.parametrize("case", ["outside the roots", "parent is a symlink to outside", "lines target outside",
