@@ -110,6 +110,45 @@ class AgentContext:
             return "~" + p[len(home):]
         return p
 
+    def resolve(self, path: str | os.PathLike, base: str | os.PathLike | None = None) -> Path:
+        """An absolute path for a path the agent was given (``CODEX_HOME=~/x``, a config value):
+        ``~`` and ``~/…`` against the AGENT's HOME (``home``, not the caller's), ``~user/…`` as the
+        system says, and a relative path against ``base`` (default: ``cwd``, else ``home``).
+        Normalised (``a/../b`` is ``b``); symlinks are not resolved."""
+        value = os.fspath(path)
+        if value == "~" or value.startswith("~/"):
+            value = str(self.home) + value[1:]
+        elif value.startswith("~"):
+            value = os.path.expanduser(value)
+        if not os.path.isabs(value):
+            value = os.path.join(os.fspath(base) if base is not None else (self.cwd or self.home), value)
+        return Path(os.path.normpath(value))
+
+    def find_binary(self, name: str, install_hint: str = "") -> str:
+        """The absolute path of the agent's program: config ``binary`` when set (a path, resolved
+        with :meth:`resolve`, must be an executable file; a bare name is looked up on the PATH),
+        else ``name`` on the AGENT's PATH (``env["PATH"]``; the caller's when the agent's
+        environment has none). Raises :class:`~muxhost.errors.MuxhostError` (exit 1) with one line
+        naming the program and ``install_hint`` (the agent's :attr:`Agent.install_hint`)."""
+        import shutil
+
+        from muxhost.errors import MuxhostError
+
+        search = self.env.get("PATH") or os.environ.get("PATH") or os.defpath
+        hint = f" ({install_hint})" if install_hint else ""
+        configured = str((self.config or {}).get("binary") or "")
+        if configured and ("/" in configured or configured.startswith("~")):
+            p = self.resolve(configured)
+            if p.is_file() and os.access(p, os.X_OK):
+                return str(p)
+            raise MuxhostError(f"{name}: the configured binary {configured} is not an executable file{hint}")
+        found = shutil.which(configured or name, path=search)
+        if found:
+            return os.path.abspath(found)
+        if configured:
+            raise MuxhostError(f"{name}: the configured binary {configured} is not on the agent's PATH{hint}")
+        raise MuxhostError(f"{name} is not installed: no {name} on the agent's PATH{hint}")
+
 
 @dataclass
 class PurgeReport:

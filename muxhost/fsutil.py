@@ -1,29 +1,21 @@
 """File helpers for purges: in-place rewrites that keep every other byte, careful removal,
-SQLite compaction."""
+SQLite compaction (now :func:`muxhost.kit.sqlite.compact`; JSONL matching on top of
+:func:`drop_lines` is :mod:`muxhost.kit.jsonl`)."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Callable
 
 
 def _lock(f, timeout: float) -> None:
     """An exclusive flock on the open file, waiting up to ``timeout`` seconds."""
-    import fcntl
-    import time
+    from muxhost.kit.flock import wait_lock
 
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                raise OSError(f"{f.name} stayed locked by another process for {timeout:.0f}s; left as it was")
-            time.sleep(0.05)
+    if not wait_lock(f.fileno(), timeout):
+        raise OSError(f"{f.name} stayed locked by another process for {timeout:.0f}s; left as it was")
 
 
 def rewrite(path: str | os.PathLike, transform: Callable[[bytes], bytes], attempts: int = 5,
@@ -51,6 +43,8 @@ def rewrite(path: str | os.PathLike, transform: Callable[[bytes], bytes], attemp
                 return False
             if os.fstat(f.fileno()).st_size != len(before):
                 continue  # someone appended meanwhile: redo from the new content
+            import tempfile
+
             fd, backup = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".muxhost-backup", dir=path.parent)
             try:
                 with os.fdopen(fd, "wb") as b:
@@ -105,23 +99,8 @@ def remove(path: str | os.PathLike) -> bool:
 
 def compact_sqlite(db: str | os.PathLike, timeout: float = 5.0) -> str | None:
     """After deleting rows: checkpoint the WAL, VACUUM, and truncate the WAL, so the deleted text is
-    gone from the file's bytes too (SQLite leaves it in free pages and in the WAL). Returns None when
-    done, else one line saying what may linger (for ``ctx.notes``)."""
-    import sqlite3
+    gone from the file's bytes too. Returns None when done, else one line saying what may linger.
+    Kept for existing callers: see :func:`muxhost.kit.sqlite.compact`."""
+    from muxhost.kit.sqlite import compact
 
-    try:
-        con = sqlite3.connect(str(db), timeout=timeout, isolation_level=None)
-    except sqlite3.Error as e:
-        return f"could not open it to compact it ({e}): deleted text may remain in free pages"
-    try:
-        con.execute(f"pragma busy_timeout = {int(timeout * 1000)}")
-        con.execute("pragma wal_checkpoint(truncate)").fetchall()
-        con.execute("vacuum")
-        busy = con.execute("pragma wal_checkpoint(truncate)").fetchone()
-        if busy and busy[0]:
-            return "the WAL could not be emptied (a reader was busy): deleted text may stay in it until the agent checkpoints"
-        return None
-    except sqlite3.Error as e:
-        return f"was not compacted ({e}): deleted text may remain in free pages"
-    finally:
-        con.close()
+    return compact(db, timeout=timeout)

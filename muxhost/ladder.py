@@ -87,14 +87,16 @@ class LadderOps:
 
         def close(panes_now: Callable[[Backend], list[PaneInfo]]) -> None:
             # 3. kill-session when muxhost created it, else kill-pane (tmux sends SIGHUP)
-            if pane is None:
+            now = panes_now(backend)
+            mine = pane or next((p for p in now if p.record == rec.id), None)  # (a look that missed it)
+            if mine is None:
                 return
-            if rec.created_session and rec.session and rec.session == pane.session_id:
+            if rec.created_session and rec.session and rec.session == mine.session_id:
                 # ... unless other panes live in that session now (`launch --target`, a user's split)
-                if all(p.record == rec.id for p in panes_now(backend) if p.session_id == rec.session):
+                if all(p.record == rec.id for p in now if p.session_id == rec.session):
                     backend.kill_session(rec.session)
                     return
-            backend.kill_pane(pane.pane_id)
+            backend.kill_pane(mine.pane_id)
 
         victims = {p.key: p for p in [*view.table.tree(pane.pid if agent_proc else None), *collect(view.table)]}
         return _Target(f"record {rec.id}", backend, pane.pane_id if pane else None, agent, agent_proc,

@@ -197,10 +197,10 @@ class ProcessTable:
 
 def argv_holders(token: str, table: ProcessTable | None = None, exclude: Iterable[int] = ()) -> list[str]:
     """``["pid 812 claude --resume <id>", …]`` for every process whose argv names ``token``
-    (muxhost's own processes excepted)."""
-    table = table or ProcessTable.snapshot(cmdlines=True)
-    mine = {os.getpid(), os.getppid()}
-    return [p.describe() for p in table.with_token(token, exclude=set(exclude) | mine) if not is_muxhost(p)]
+    (muxhost's own processes excepted). Kept here; it lives in :mod:`muxhost.kit.holders`."""
+    from muxhost.kit.holders import argv_holders as impl
+
+    return impl(token, table, exclude)
 
 
 def is_muxhost(p: Proc) -> bool:
@@ -235,7 +235,7 @@ def signal_if_same(pid: int, create_time: float, sig: int) -> bool:
             return False
         p.send_signal(sig)
         return True
-    except (_GONE, ProcessLookupError):
+    except _GONE:  # ProcessLookupError is an OSError
         return False
 
 
