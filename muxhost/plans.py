@@ -13,11 +13,7 @@ import json
 import os
 import re
 import shlex
-import shutil
 import sqlite3
-import subprocess
-import tempfile
-import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -123,6 +119,8 @@ def check(art: Artifact, roots: list[str], ctx) -> None:
         own(art.path, target=True)
         if art.lock is not None:
             own(art.lock.path, target=False)
+            if isinstance(art.lock, MkdirLock) and not os.fspath(art.lock.path).endswith(".lock"):
+                raise PlanError(f"refused: a MkdirLock is the folder <file>.lock, not {art.lock.path}")
         if isinstance(art, Lines) and art.key is None and art.contains is None:
             raise PlanError("refused: a Lines artifact needs `key` or `contains`")
         if isinstance(art, JsonMember) and (not art.keys or not all(isinstance(k, str) for k in art.keys)):
@@ -135,59 +133,14 @@ def check(art: Artifact, roots: list[str], ctx) -> None:
                             "nothing was removed")
 
 
-def _is_wal(db: Path) -> bool:
-    with open(db, "rb") as f:
-        head = f.read(20)
-    return head[:16] == b"SQLite format 3\x00" and head[18:20] == b"\x02\x02"
-
-
-@contextlib.contextmanager
-def _reading(db: str) -> Iterator[sqlite3.Connection]:
-    """A read-only connection that changes nothing on disk. A WAL database at rest (no -shm: no
-    connection has it open) is read without one, since SQLite would create the -shm and -wal for
-    any reader: the main file ``immutable`` when no -wal holds commits, else a private copy of
-    both. Otherwise ``mode=ro`` (``immutable`` when that cannot read it)."""
-    path = Path(db).resolve()
-    uri = "file:" + path.as_posix().replace("?", "%3f").replace("#", "%23")
-    wal, tmp = Path(f"{path}-wal"), None
-    try:
-        if _is_wal(path) and not os.path.exists(f"{path}-shm"):
-            if wal.is_file() and wal.stat().st_size:
-                tmp = tempfile.mkdtemp(prefix="muxhost-plan-")
-                shutil.copyfile(path, os.path.join(tmp, "copy.db"))
-                shutil.copyfile(wal, os.path.join(tmp, "copy.db-wal"))
-                con = sqlite3.connect(os.path.join(tmp, "copy.db"), timeout=SQL_TIMEOUT)
-            else:
-                con = sqlite3.connect(uri + "?mode=ro&immutable=1", uri=True, timeout=SQL_TIMEOUT)
-        else:
-            try:
-                con = sqlite3.connect(uri + "?mode=ro", uri=True, timeout=SQL_TIMEOUT)
-                con.execute("select count(*) from sqlite_master").fetchone()
-            except sqlite3.Error:
-                con = sqlite3.connect(uri + "?mode=ro&immutable=1", uri=True, timeout=SQL_TIMEOUT)
-        try:
-            yield con
-        finally:
-            con.close()
-    except OSError as e:  # (as one of SQLite's: the database could not be read)
-        raise sqlite3.OperationalError(e.strerror or str(e)) from e
-    finally:
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
 def _count_rows(art: Rows) -> int:
-    if not os.path.exists(art.db):
+    """Rows of the artifact there now (read-only, creating no file: a dry run changes nothing)."""
+    from muxhost.kit import sqlite as ksql
+
+    try:
+        return sum(ksql.counts(art.db, art.table, art.column, list(art.all_values()), timeout=SQL_TIMEOUT).values())
+    except FileNotFoundError:
         return 0
-    with _reading(os.fspath(art.db)) as con:
-        if not con.execute("select 1 from sqlite_master where type = 'table' and name = ?", (art.table,)).fetchone():
-            return 0
-        cols = [r[1] for r in con.execute(f'pragma table_info("{art.table}")')]
-        if art.column not in cols:
-            return 0
-        vals = art.all_values()
-        marks = ",".join("?" * len(vals))
-        return con.execute(f'select count(*) from "{art.table}" where "{art.column}" in ({marks})', vals).fetchone()[0]
 
 
 def line_matcher(art: Lines):
@@ -262,9 +215,11 @@ def _present(art: Artifact, conv: str, ctx) -> list[Item]:
             return []
         return [Item(art, conv, _where(art.path, ctx) + "/", ("dir", os.path.abspath(art.path), conv))]
     if isinstance(art, Rows):
+        from muxhost.kit.sqlite import DatabaseError
+
         try:
             n = _count_rows(art)
-        except sqlite3.Error as e:
+        except (sqlite3.Error, DatabaseError) as e:
             return unreadable(art.db, str(e))
         if not n:
             return []
@@ -341,67 +296,38 @@ def carry_out(items: list[Item], ctx, notes: list[str]) -> list[str]:
 
 
 def _run(cmd: Command, ctx, notes: list[str]) -> bool:
-    env = {k: v for k, v in ctx.env.items() if k != "MUXHOST_RECORD"}
-    env.setdefault("HOME", ctx.home)
-    env.update(dict(cmd.env))
-    env.pop("MUXHOST_RECORD", None)  # not one of the record's processes: a stop must not take it
-    cwd = cmd.cwd or (ctx.cwd if ctx.cwd and os.path.isdir(ctx.cwd) else ctx.home)
+    """The agent's own delete command (:func:`muxhost.kit.command.run`: the agent's environment,
+    never ``MUXHOST_RECORD``); a failure is a note, and the rest of the plan removes what it leaves."""
+    from muxhost.kit import command
+
+    import shutil
+
     label = shlex.join(cmd.argv)
-    exe = cmd.argv[0] if os.sep in cmd.argv[0] else shutil.which(cmd.argv[0], path=env.get("PATH") or os.defpath)
-    if not exe:
+    env = {k: v for k, v in cmd.env if k != "MUXHOST_RECORD"}  # a stop of the record must never take it
+    path = env.get("PATH") or ctx.env.get("PATH") or os.defpath
+    if os.sep not in cmd.argv[0] and not shutil.which(cmd.argv[0], path=path):
         notes.append(f"`{label}` did not run ({cmd.argv[0]} not found); the rest of the plan removes what it would have")
         return False
-    try:
-        p = subprocess.run([exe, *cmd.argv[1:]], env=env, cwd=os.fspath(cwd), stdin=subprocess.DEVNULL,
-                           capture_output=True, text=True, timeout=cmd.timeout)
-    except (OSError, subprocess.SubprocessError) as e:
-        notes.append(f"`{label}` could not run ({type(e).__name__}: {e}); the rest of the plan removes what it leaves")
-        return False
-    if p.returncode != 0:
-        tail = ((p.stderr or p.stdout or "").strip().splitlines() or ["no message"])[-1][:200]
-        notes.append(f"`{label}` exited {p.returncode} ({tail}); the rest of the plan removes what it leaves")
-        return False
-    return True
+    result = command.run(ctx, cmd.argv, env=env, timeout=cmd.timeout,
+                         cwd=os.fspath(cmd.cwd) if cmd.cwd else None)
+    if not result.ok:
+        notes.append(f"`{label}` {result.why}; the rest of the plan removes what it leaves")
+    return result.ok
 
 
 def _delete_rows(db: str, rows: list[Rows], ctx, notes: list[str]) -> None:
-    """One write transaction for the database (``secure_delete`` on; repeated while triggers write
-    rows back), then checkpoint + VACUUM so the deleted text is gone from the file's bytes too."""
+    """One write transaction for the database (:func:`muxhost.kit.sqlite.delete_rows`), then
+    checkpoint + VACUUM so the deleted text is gone from the file's bytes too."""
+    from muxhost.kit import sqlite as ksql
+
     if not os.path.exists(db):
         return  # gone already (the agent's own command removed it): never make an empty one
-    uri = "file:" + Path(db).as_posix().replace("?", "%3f").replace("#", "%23") + "?mode=rw"
     try:
-        con = sqlite3.connect(uri, uri=True, timeout=SQL_TIMEOUT, isolation_level=None)
-    except sqlite3.Error as e:
-        notes.append(f"could not open {_where(db, ctx)} to delete rows: {e}")
-        return
-    try:
-        con.execute(f"pragma busy_timeout = {int(SQL_TIMEOUT * 1000)}")
-        con.execute("pragma secure_delete = on")
-        tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
-        con.execute("begin immediate")
-        try:
-            for _ in range(3):  # triggers may write rows back (a queue's revisions): until none is left
-                changed = 0
-                for r in rows:
-                    if r.table not in tables:
-                        continue
-                    vals = r.all_values()
-                    marks = ",".join("?" * len(vals))
-                    changed += max(0, con.execute(f'delete from "{r.table}" where "{r.column}" in ({marks})',
-                                                  vals).rowcount)
-                if not changed:
-                    break
-            con.execute("commit")
-        except BaseException:
-            con.execute("rollback")
-            raise
-    except sqlite3.Error as e:
+        ksql.delete_rows(db, [(r.table, r.column, list(r.all_values())) for r in rows], timeout=SQL_TIMEOUT)
+    except ksql.DatabaseError as e:
         notes.append(f"could not delete rows from {_where(db, ctx)}: {e}")
         return
-    finally:
-        con.close()
-    problem = fsutil.compact_sqlite(db, timeout=SQL_TIMEOUT)
+    problem = ksql.compact(db, timeout=SQL_TIMEOUT)
     if problem:
         notes.append(f"{_where(db, ctx)}: {problem}")
 
@@ -409,39 +335,18 @@ def _delete_rows(db: str, rows: list[Rows], ctx, notes: list[str]) -> None:
 @contextlib.contextmanager
 def _held(lock, timeout: float) -> Iterator[None]:
     """The agent's own lock of a shared file, when the artifact names one."""
+    from muxhost.kit import flock as kflock
+
     if lock is None:
         yield
-        return
-    if isinstance(lock, FlockFile):
-        from muxhost.locks import flock
-
-        with flock(lock.path, timeout):
+    elif isinstance(lock, FlockFile):
+        with kflock.flock(lock.path, timeout, create=False):  # the agent's lock file is not ours to make
             yield
-        return
-    if isinstance(lock, MkdirLock):
-        path = os.fspath(lock.path)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                os.mkdir(path)
-                break
-            except FileExistsError:
-                try:
-                    if time.time() - os.stat(path).st_mtime > lock.stale:
-                        os.rmdir(path)  # a stale lock, as its owners treat one
-                        continue
-                except OSError:
-                    continue
-            if time.monotonic() > deadline:
-                raise OSError(f"{path} is held by the agent; the file was left as it was")
-            time.sleep(0.05)
-        try:
+    elif isinstance(lock, MkdirLock):
+        with kflock.dirlock(os.fspath(lock.path)[: -len(".lock")], timeout, stale=lock.stale):
             yield
-        finally:
-            with contextlib.suppress(OSError):
-                os.rmdir(path)
-        return
-    raise MuxhostError(f"unknown lock {lock!r}")
+    else:
+        raise MuxhostError(f"unknown lock {lock!r}")
 
 
 def _rewrite(path: str, arts: list, ctx, notes: list[str]) -> None:
