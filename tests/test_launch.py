@@ -2,6 +2,7 @@
 import sys
 
 import psutil
+import pytest
 
 from muxhost.testing import wait_for
 
@@ -10,6 +11,7 @@ def _env_of(pid):
     return psutil.Process(pid).environ()
 
 
+@pytest.mark.every_backend
 def test_launch_demo_in_its_own_session(mux, tmp_path):
     work = tmp_path / "work dir"
     work.mkdir()
@@ -20,15 +22,16 @@ def test_launch_demo_in_its_own_session(mux, tmp_path):
     assert rec["conversation_id"]  # the demo lets the launcher choose the id
     mux.wait_screen(rec["pane"], "demo>")
     # the agent IS the pane's process (not typed into a shell)
-    pane_pid = int(mux.tmux("display-message", "-p", "-t", rec["pane"], "#{pane_pid}")[0])
+    pane_pid = mux.pane_pid(rec["pane"])
     proc = psutil.Process(pane_pid)
     assert "muxhost-demo" in " ".join(proc.cmdline())
     assert proc.cwd() == str(work)
     env = _env_of(pane_pid)
     assert env["MUXHOST_RECORD"] == rec["id"]
     assert env["HOME"] == str(mux.home)
-    opts = mux.tmux("display-message", "-p", "-t", rec["pane"], "#{@muxhost_record} #{@muxhost_agent} #{remain-on-exit}")[0]
-    assert opts == f"{rec['id']} demo on"
+    if mux.backend == "tmux":
+        opts = mux.tmux("display-message", "-p", "-t", rec["pane"], "#{@muxhost_record} #{@muxhost_agent} #{remain-on-exit}")[0]
+        assert opts == f"{rec['id']} demo on"
     human = mux.run("ls")
     assert rec["id"] in human.out and "running" in human.out
 
@@ -109,3 +112,16 @@ def test_pwd_path_and_plugin_notes(mux, tmp_path):
     env = _env_of(rec["pids"][0])
     assert env["PWD"] == str(work)  # not the launcher's folder
     assert env["PATH"] == f"{bin_dir}:/usr/bin:/bin"  # the config's PATH, though tmux prefers the client's
+
+
+def test_every_exit_status_is_seen_at_the_first_look(mux):
+    """tmux 3.3 may mark a pane whose process ended at once dead before it kept the exit status (it
+    reaps it only when another child of the server ends: seen about once in six); muxhost nudges it,
+    so the first look after the exit shows the status. Ten tries, each checked before the next."""
+    mux.config.write_text("agents:\n  brief:\n    command: [sh, -c, 'exit 7']\n")
+    for _ in range(10):
+        rec = mux.ok("launch", "brief", "--json")
+        wait_for(lambda: f"{rec['pane']} 1" in mux.tmux("list-panes", "-a", "-F", "#{pane_id} #{pane_dead}"),
+                 what="the pane to die")
+        shown = mux.ok("show", rec["id"], "--json")
+        assert (shown["state"], shown["exit_status"]) == ("exited", 7)

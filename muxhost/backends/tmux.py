@@ -13,12 +13,17 @@ import subprocess
 from typing import Iterator, Mapping, Sequence
 
 from muxhost import launcher
-from muxhost.backends import AGENT_OPTION, RECORD_OPTION, Backend, PaneInfo
+from muxhost.backends import (ACTIVITY_OPTION, ACTIVITY_SINCE_OPTION, AGENT_OPTION, RECORD_OPTION, WATCH_OPTION,
+                              Backend, PaneInfo)
 from muxhost.errors import MuxhostError, NotFound, UsageError
 
 SEP = "\x1f"
 _FIELDS = ("pane_id", "pane_pid", "pane_dead", "pane_dead_status", "session_id", "session_name",
-           "window_id", "pane_current_path", "pane_current_command", RECORD_OPTION, AGENT_OPTION)
+           "window_id", "pane_current_path", "pane_current_command", RECORD_OPTION, AGENT_OPTION,
+           # the activity watch's evidence (tmux keeps no per-pane output time: the window's, to the
+           # second, and what moves when output comes), what it published, and the watch itself
+           "window_activity", "history_size", "cursor_x", "cursor_y", ACTIVITY_OPTION, ACTIVITY_SINCE_OPTION,
+           WATCH_OPTION)
 FORMAT = SEP.join("#{%s}" % f for f in _FIELDS)
 # what tmux sets in a new pane's environment itself; the launcher takes these from its own
 PANE_ENV = ("TMUX", "TMUX_PANE", "TERM", "TERM_PROGRAM", "TERM_PROGRAM_VERSION", "SHELL")
@@ -33,7 +38,16 @@ def _parse(line: str) -> PaneInfo | None:
     status = int(parts[3]) if parts[3].lstrip("-").isdigit() else None
     return PaneInfo(pane_id=parts[0], pid=pid, dead=parts[2] == "1", dead_status=status,
                     session_id=parts[4], session_name=parts[5], window_id=parts[6], cwd=parts[7],
-                    command=parts[8], record=parts[9] or None, agent=parts[10] or None)
+                    command=parts[8], record=parts[9] or None, agent=parts[10] or None,
+                    last_output=_number(parts[11]), output_mark=SEP.join(parts[11:15]),
+                    activity=parts[15] or None, activity_since=_number(parts[16]), watcher=parts[17] or None)
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
 
 
 _KEYS = {"enter": "Enter", "esc": "Escape", "tab": "Tab", "backspace": "BSpace", "up": "Up", "down": "Down",
@@ -117,6 +131,16 @@ class TmuxBackend(Backend):
 
     # -- queries ----------------------------------------------------------------------------
     def snapshot(self) -> list[PaneInfo] | None:
+        panes = self._list()
+        if panes and any(pi.dead and pi.dead_status is None for pi in panes):
+            # tmux 3.3 can mark a pane dead (its pty closed) before it reaped the process and kept
+            # the exit status, and then only reaps it when another child of the server exits: give
+            # it one (run-shell waits for it), and look again
+            self._run("run-shell", "true", check=False, fast=True)
+            panes = self._list()
+        return panes
+
+    def _list(self) -> list[PaneInfo] | None:
         p = self._run("list-panes", "-a", "-F", FORMAT, check=False, fast=True)
         if p.returncode != 0:
             msg = p.stderr.strip()
@@ -249,6 +273,77 @@ class TmuxBackend(Backend):
 
     def set_pane_option(self, pane_id: str, name: str, value: str) -> None:
         self._run("set-option", "-p", "-t", pane_id, name, value, fast=True)
+
+    def _list(self, commands: list[list[str]]) -> subprocess.CompletedProcess:
+        """``commands`` as ONE tmux command list (one tmux process), errors not raised."""
+        joined: list[str] = []
+        for args in commands:
+            joined += ([";"] if joined else []) + args
+        return self._run(*joined, check=False, fast=True)
+
+    def screens(self, pane_ids):
+        """Every screen in one tmux command: each ``capture-pane`` after a ``display-message`` line
+        that names its pane (with a token no screen holds). tmux drops the rest of a list after a
+        failing command (a pane gone meanwhile): then the panes not read yet are read one by one."""
+        token = "muxhost-screen-" + os.urandom(6).hex()
+        cmds: list[list[str]] = []
+        for pane_id in pane_ids:
+            cmds += [["display-message", "-p", "-t", pane_id, f"{token} #{{pane_id}}"],
+                     ["capture-pane", "-p", "-t", pane_id]]
+        if not cmds:
+            return {}
+        p = self._list(cmds)
+        out: dict[str, str] = {}
+        current, lines = None, []
+        for line in (p.stdout or "").split("\n"):
+            if line.startswith(token + " "):
+                if current is not None:
+                    out[current] = "\n".join(lines)
+                current, lines = line[len(token) + 1:], []
+            elif current is not None:
+                lines.append(line)
+        if current is not None and p.returncode == 0:
+            out[current] = "\n".join(lines)
+        if p.returncode != 0:  # the list stopped at a pane gone meanwhile: the rest one by one
+            for pane_id in pane_ids:
+                if pane_id not in out:
+                    r = self._run("capture-pane", "-p", "-t", pane_id, check=False, fast=True)
+                    if r.returncode == 0:
+                        out[pane_id] = r.stdout
+        return out
+
+    def publish(self, panes, server={}):
+        cmds: list[list[str]] = []
+        for pane_id, values in panes.items():
+            for name, value in values.items():
+                cmds.append(["set-option", "-p", "-t", pane_id, name, value] if value is not None
+                            else ["set-option", "-p", "-u", "-t", pane_id, name])
+        for name, value in server.items():  # global session options: every format finds them
+            cmds.append(["set-option", "-g", name, value] if value is not None else ["set-option", "-g", "-u", name])
+        if cmds and self._list(cmds).returncode != 0:
+            for args in cmds:  # a pane went meanwhile, and tmux dropped the rest of the list
+                self._run(*args, check=False, fast=True)
+
+    def alert(self, text, pane_id):
+        """The message on every attached client, and a BEL written to the pane's terminal as if
+        the agent rang it: tmux marks the window (``window_bell_flag``) and handles it as the user's
+        ``bell-action`` and ``visual-bell`` say."""
+        p = self._list([["display-message", "-p", "-t", pane_id, "#{pane_tty}"],
+                        ["list-clients", "-F", "#{client_name}"]])
+        lines = [ln for ln in (p.stdout or "").splitlines() if ln]
+        if p.returncode != 0 or not lines:
+            return
+        tty, clients = lines[0], lines[1:]
+        if clients:
+            self._list([["display-message", "-c", c, "-d", "10000", text.replace("#", "##")] for c in clients])
+        try:
+            fd = os.open(tty, os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK)
+            try:
+                os.write(fd, b"\a")
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
 
     # -- keeping a client in tmux while its session goes (the purge key) ---------------------------
     def _client_session(self, client: str) -> str | None:
