@@ -4,7 +4,8 @@ The fake server answers ``POST /v1/responses`` with a streamed (SSE) reply. What
 on the newest input item of the request:
 
 - a user message containing ``SPAWN-CHILD``: a ``multi_agent_v1.spawn_agent`` tool call (a namespaced
-  Responses function call), so the real codex starts a sub-agent thread;
+  Responses function call), so the real codex starts a sub-agent thread; its task is ``CHILD_TASK``
+  followed by the text after ``SPAWN-CHILD`` (so the child's thread holds that text too);
 - a user message containing ``CREATE-GOAL``: a ``create_goal`` tool call (a ``thread_goals`` row);
 - anything else (including a tool call's output, and the thread-title and sub-agent turns, told by
   the ``x-codex-turn-metadata`` header): an assistant message ``fake reply N``.
@@ -127,8 +128,10 @@ class FakeResponses:
             call_id = f"call_spawn_{n}"
             with self._lock:
                 self.spawned.append(call_id)
+            extra = _text_of(last).split(SPAWN_WORD, 1)[1].strip()
+            task = f"{CHILD_TASK}: {extra}" if extra else CHILD_TASK
             item = {"type": "function_call", "id": f"fc_{n}", "call_id": call_id, "name": "spawn_agent",
-                    "namespace": "multi_agent_v1", "arguments": json.dumps({"message": CHILD_TASK})}
+                    "namespace": "multi_agent_v1", "arguments": json.dumps({"message": task})}
             return self._events(n, item)
         if (user_turn and last.get("type", "message") == "message" and last.get("role") == "user"
                 and GOAL_WORD in _text_of(last)):

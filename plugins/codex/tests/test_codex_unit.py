@@ -1,9 +1,11 @@
-"""CodexAgent's methods called directly (no tmux): threads made by the real ``codex exec`` against the
-fake Responses server, in a private CODEX_HOME."""
+"""CodexAgent's methods called directly (no tmux), and its typed purge plans carried out by the real
+host in-process: threads made by the real ``codex exec`` against the fake Responses server, in a
+private CODEX_HOME."""
 
 from __future__ import annotations
 
 import json
+import os
 import stat
 import subprocess
 import sys
@@ -13,6 +15,7 @@ import pytest
 
 import muxhost_codex
 from muxhost import AgentContext, MuxhostError
+from muxhost.errors import Refused
 from muxhost.procs import Proc
 from muxhost_codex import CodexAgent
 
@@ -39,18 +42,37 @@ def spawned_thread(codex, tmp_path) -> tuple:
     return work, parent, child
 
 
-def holder(args: list[str], lock_paths=()) -> subprocess.Popen:
-    """A python process that opens and flocks ``lock_paths`` (like codex does), then sleeps;
-    ``args`` end up in its argv."""
-    code = ("import fcntl, sys, time\n"
-            "fs = [open(p, 'a+') for p in sys.argv[1].split(',') if p]\n"
-            "[fcntl.flock(f, fcntl.LOCK_EX) for f in fs]\n"
+def holder(args: list[str], lock_paths=(), lock: bool = True, env: dict | None = None,
+           seconds: float = 60) -> subprocess.Popen:
+    """A python process that opens (and, with ``lock``, flocks) ``lock_paths`` as codex does, then
+    sleeps ``seconds``; ``args`` end up in its argv, ``env`` in its environment (the paths too: the
+    ids they hold are not in its argv)."""
+    code = ("import fcntl, os, time\n"
+            "fs = [open(p, 'a+') for p in os.environ['HOLD_PATHS'].split(',') if p]\n"
+            f"[fcntl.flock(f, fcntl.LOCK_EX) for f in fs if {lock!r}]\n"
             "print('locked', flush=True)\n"
-            "time.sleep(60)\n")
-    p = subprocess.Popen([sys.executable, "-c", code, ",".join(str(x) for x in lock_paths), *args],
-                         stdout=subprocess.PIPE, text=True)
+            f"time.sleep({seconds})\n")
+    p = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, **(env or {}), "HOLD_PATHS": ",".join(str(x) for x in lock_paths)})
     assert p.stdout.readline().strip() == "locked"
     return p
+
+
+def host_for(tmp_path):
+    """The real host in-process (no tmux, no CLI): its plugin manager with only codex and the built-ins."""
+    from muxhost.host import Host
+    from muxhost.plugins import get_plugin_manager
+    from muxhost.store import Store
+
+    pm = get_plugin_manager(load_entrypoints=False)
+    pm.register(muxhost_codex, name="codex")
+    (tmp_path / "muxhost-state").mkdir(mode=0o700, exist_ok=True)
+    return Host(pm=pm, store=Store(tmp_path / "muxhost-state" / "state.db"))
+
+
+def purge(ctx, tid, tmp_path, dry_run=False):
+    """``muxhost purge --agent codex --conversation TID`` as the host does it: -> the report."""
+    return host_for(tmp_path).purge(agent_name="codex", conversation_id=tid, ctx=ctx, dry_run=dry_run)
 
 
 # -- launch -----------------------------------------------------------------------------------
@@ -105,11 +127,12 @@ def test_launch_without_no_daemon_switch_disables_the_daemon_by_config(tmp_path)
 def test_codex_home_and_binary_come_from_the_agent_environment(tmp_path):
     ctx = AgentContext(home=str(tmp_path), env={"CODEX_HOME": "~/elsewhere", "PATH": "/nonexistent"})
     assert muxhost_codex.codex_home(ctx) == tmp_path / "elsewhere"
-    ctx = AgentContext(home=str(tmp_path), env={})
+    assert tmp_path / "elsewhere" in CodexAgent().roots(ctx)
+    ctx = AgentContext(home=str(tmp_path), env={"CODEX_SQLITE_HOME": "~/sq"})
     assert muxhost_codex.codex_home(ctx) == tmp_path / ".codex"
+    assert {tmp_path / ".codex", tmp_path / "sq"} <= set(CodexAgent().roots(ctx))
     ctx = AgentContext(home=str(tmp_path), env={"PATH": "/nonexistent"})
-    assert muxhost_codex.find_binary(ctx) is None
-    with pytest.raises(MuxhostError, match="cannot find codex"):
+    with pytest.raises(MuxhostError, match="codex is not installed.*npm install -g @openai/codex"):
         CodexAgent().launch(ctx)
 
 
@@ -155,55 +178,64 @@ def test_discover_prefers_the_thread_whose_writer_lock_the_agent_holds(codex, tm
     assert CodexAgent().discover(ctx_for(codex, work, launched_at=0, pids=[p.pid])) == newer
 
 
-# -- exists / in_use --------------------------------------------------------------------------------
+# -- exists / children / in_use ---------------------------------------------------------------------
 
 
-def test_exists_and_in_use(codex, tmp_path, monkeypatch):
+def test_exists_children_and_in_use(codex, tmp_path):
+    from muxhost.testing import tree_hash
+
     work, parent, child = spawned_thread(codex, tmp_path)
     agent = CodexAgent()
     ctx = ctx_for(codex, work)
     assert agent.exists(ctx, parent) and agent.exists(ctx, child)
     assert not agent.exists(ctx, "01a22bb1-0000-7000-8000-000000000000")
-    assert agent.in_use(ctx, parent) == []
+    assert agent.children(ctx, parent) == [child] and agent.children(ctx, child) == []
+    assert agent.in_use(ctx, parent) == [] and agent.in_use(ctx, child) == []
 
     # a stale lock file (what a SIGKILLed codex leaves) holds nothing
     locks = codex.codex_home / "thread-writer-locks"
     locks.mkdir(exist_ok=True)
     (locks / f"{child}.lock").touch()
-    assert agent.in_use(ctx, parent) == []
+    assert agent.in_use(ctx, child) == []
 
-    # a live holder of the CHILD's writer lock makes the parent in use (purging it deletes the child)
+    # a live holder of the CHILD's writer lock holds the child; a purge of the parent (which takes
+    # the child) is refused before anything changes
     p = holder([], [locks / f"{child}.lock"])
     try:
-        lines = agent.in_use(ctx, parent)
-        assert len(lines) == 1 and lines[0].startswith(f"pid {p.pid} ") and f"{child}.lock" in lines[0]
-        # fail closed: locked, but the holder cannot be seen
-        monkeypatch.setattr(muxhost_codex, "_holders_of", lambda paths: ({}, True))
-        assert any("cannot see" in line for line in agent.in_use(ctx, parent))
-        monkeypatch.setattr(muxhost_codex, "lock_state", lambda path: None)
-        with pytest.raises(RuntimeError):
-            agent.in_use(ctx, parent)
-        monkeypatch.undo()
+        (line,) = agent.in_use(ctx, child)
+        assert line.startswith(f"pid {p.pid} ") and f"thread-writer-locks/{child}.lock" in line
+        assert agent.in_use(ctx, parent) == []  # in_use answers for one thread: the host asks each
+        before = tree_hash(codex.codex_home)
+        with pytest.raises(Refused, match=f"child conversation {child}: pid {p.pid} "):
+            purge(ctx, parent, tmp_path)
+        assert tree_hash(codex.codex_home) == before
     finally:
         p.kill()
         p.wait()
-    assert agent.in_use(ctx, parent) == []
+    assert agent.in_use(ctx, child) == []
 
-    # argv naming the id
-    p = holder(["resume", parent])
-    try:
-        lines = agent.in_use(ctx, parent)
-        assert any(line.startswith(f"pid {p.pid} ") for line in lines)
-    finally:
-        p.kill()
-        p.wait()
+    # the lock open but not locked (codex keeps it open), the rollout open, argv, the environment
+    cases = ((lambda: holder([], [locks / f"{child}.lock"], lock=False), f"{child}.lock open"),
+             (lambda: holder([], muxhost_codex.rollouts(codex.codex_home, child), lock=False), f"{child}.jsonl open"),
+             (lambda: holder(["resume", child]), ""),  # (the line is its command line, cut at 200 characters)
+             (lambda: holder([], env={"CODEX_THREAD_ID": child}), f"CODEX_THREAD_ID={child} in its environment"))
+    for start, why in cases:
+        p = start()
+        try:
+            lines = agent.in_use(ctx_for(codex, work), child)  # (a context's process table is read once)
+            assert len(lines) == 1 and lines[0].startswith(f"pid {p.pid} ") and why in lines[0], (why, lines)
+        finally:
+            p.kill()
+            p.wait()
 
 
-# -- artifacts / purge ----------------------------------------------------------------------------
+# -- the purge plan, carried out by the host --------------------------------------------------------
 
 
 @pytest.mark.parametrize("binary", ["real", "missing", "failing"])
 def test_purge_removes_parent_and_child_everywhere_and_nothing_else(codex, tmp_path, binary):
+    import shlex
+
     work, other = tmp_path / "work", tmp_path / "other"
     work.mkdir()
     other.mkdir()
@@ -230,48 +262,105 @@ def test_purge_removes_parent_and_child_everywhere_and_nothing_else(codex, tmp_p
         (ch / "thread-writer-locks").mkdir(exist_ok=True)
         (ch / "thread-writer-locks" / f"{tid}.lock").touch()
 
-    agent = CodexAgent()
     ctx = ctx_for(codex, work)
+    program = codex.binary
     if binary == "missing":
-        ctx.config["binary"] = str(tmp_path / "no-such-codex")
+        program = ctx.config["binary"] = str(tmp_path / "no-such-codex")
     elif binary == "failing":
         failing = tmp_path / "failing-codex"
         failing.write_text("#!/bin/sh\necho 'Error: failed to delete session' >&2\necho '   0: <unknown>' >&2\nexit 1\n")
         failing.chmod(0o755)
-        ctx.config["binary"] = str(failing)
-    plan = agent.artifacts(ctx, parent)
-    suffix = f" [child thread {child}]"
-    assert any(a.startswith("~/.codex/sessions/") and parent in a and not a.endswith("]") for a in plan)
-    assert any(a.startswith("~/.codex/sessions/") and a.endswith(suffix) for a in plan)
-    assert f"threads:{parent}" in plan and f"threads:{child}{suffix}" in plan
-    assert f"queued_items:{parent}" in plan and f"queued_thread_revisions:{parent}" in plan
-    assert f"thread_goals:{parent}" in plan
-    assert f"~/.codex/history.jsonl (2 lines of {parent})" in plan
+        program = ctx.config["binary"] = str(failing)
+    plan = purge(ctx, parent, tmp_path, dry_run=True).plan
+    kid = f" [child conversation {child}]"
+
+    def has(*parts: str, of_child: bool = False) -> bool:
+        return any(all(p in line for p in parts) and line.endswith(kid) == of_child for line in plan)
+
+    assert has("~/.codex/sessions/", f"-{parent}.jsonl") and has("~/.codex/sessions/", f"-{child}.jsonl", of_child=True)
+    assert has(f"threads:{parent} (1 row in ~/.codex/state_5.sqlite)")
+    assert has(f"threads:{child} (1 row in ~/.codex/state_5.sqlite)", of_child=True)
+    for table, db in (("queued_items", "queue_1"), ("queued_thread_revisions", "queue_1"), ("thread_goals", "goals_1")):
+        assert has(f"{table}:{parent} (", f" in ~/.codex/{db}.sqlite)"), (table, plan)
+    assert "~/.codex/history.jsonl: 2 lines" in plan
     assert f"~/.codex/tui-thread-reference-capabilities/{parent}" in plan
-    assert f"~/.codex/thread-writer-locks/{child}.lock{suffix}" in plan
-    assert not any(unrelated in a for a in plan)
+    assert f"~/.codex/thread-writer-locks/{child}.lock{kid}" in plan
+    # codex's own delete, once: it deletes the sub-agents with their parent
+    deletes = [line for line in plan if line.startswith("run: ")]
+    assert deletes == ["run: " + shlex.join([program, "delete", "--force", *muxhost_codex.DAEMON_OFF, parent])]
+    assert not any(unrelated in a or unrelated_child in a for a in plan)
 
     ids = {parent, child}
     before = codex.snapshot(ids)
-    removed = agent.purge(ctx, parent)
-    assert agent.artifacts(ctx, parent) == []
-    assert set(plan) <= set(removed)
+    report = purge(ctx, parent, tmp_path)
+    assert report.residual == [] and report.complete
+    assert set(plan) - set(deletes) <= set(report.removed)
     if binary == "real":
-        assert removed[0] == f"codex delete --force {parent}"
-        assert not any("fallback" in n for n in ctx.notes)
-        # codex 0.171.0 deletes the queued items, and its own trigger writes the revision row back
-        assert any("left rows in queued_thread_revisions" in n for n in ctx.notes), ctx.notes
-    elif binary == "missing":
-        assert any("not found" in n and "fallback" in n for n in ctx.notes)
-    else:
-        assert any("failed (exit 1: Error: failed to delete session)" in n and "fallback" in n for n in ctx.notes)
+        assert report.removed[0] == "ran: " + deletes[0][len("run: "):]
+        assert report.notes == []
+    else:  # the rest of the plan removes what codex's delete would have
+        why = "could not run (FileNotFoundError" if binary == "missing" else "exited 1 (Error: failed to delete session)"
+        assert len(report.notes) == 1 and why in report.notes[0], report.notes
+        assert not any(line.startswith("ran: ") for line in report.removed)
     assert codex.mentions(ids) == []  # no row, no file name, no byte (the databases are compacted)
     codex.assert_intact(before, codex.snapshot(ids))  # every unrelated row, file and line intact
     assert [json.loads(x)["text"] for x in codex.lines("history.jsonl")[:-1]] == ["u1", "u2"]
     assert codex.lines("history.jsonl")[-1] == b"not json, keep me"
+    agent = CodexAgent()
     assert agent.exists(ctx, unrelated) and agent.exists(ctx, unrelated_child)
     assert not agent.exists(ctx, parent) and not agent.exists(ctx, child)
     assert agent.artifacts(ctx, unrelated)
+
+
+def test_purging_a_sub_agent_alone_keeps_its_parent(codex, tmp_path):
+    """`purge --conversation CHILD`: the sub-agent goes (rows, rollout, spawn edge), its parent stays
+    whole and resumable; no `codex delete` (the rows and files are removed directly)."""
+    work, parent, child = spawned_thread(codex, tmp_path)
+    ctx = ctx_for(codex, work)
+    (parent_rollout,) = muxhost_codex.rollouts(codex.codex_home, parent)
+    kept = parent_rollout.read_bytes()
+    report = purge(ctx, child, tmp_path)
+    assert report.residual == [] and report.notes == [] and not any(r.startswith("ran: ") for r in report.removed)
+    assert any(f"thread_spawn_edges:{child} (" in r for r in report.removed)
+    agent = CodexAgent()
+    assert not agent.exists(ctx, child) and agent.children(ctx, parent) == []
+    assert agent.exists(ctx, parent) and parent_rollout.read_bytes() == kept
+    assert codex.query("state_5.sqlite", "select count(*) from threads where id = ?", (parent,)) == [(1,)]
+
+
+def test_shared_files_keep_their_symlink_and_wait_for_codexs_own_lock(codex, tmp_path):
+    """history.jsonl as a symlink stays one (its target loses the thread's lines, every other byte
+    kept); session_index.jsonl is rewritten only once codex's own session_index.jsonl.lock is free."""
+    work = tmp_path / "work"
+    work.mkdir()
+    codex.configure(work)
+    tid, other = codex.exec("mine", work), codex.exec("not mine", work)
+    ch = codex.codex_home
+
+    def lines(key: str) -> bytes:
+        return b"".join(json.dumps({key: t, "n": n}).encode() + b"\n" for n, t in enumerate((other, tid, other)))
+
+    shared = ch / "shared" / "history.jsonl"
+    shared.parent.mkdir()
+    shared.write_bytes(lines("session_id") + b"no newline at the end")
+    (ch / "history.jsonl").unlink(missing_ok=True)
+    (ch / "history.jsonl").symlink_to(shared)
+    index = ch / "session_index.jsonl"
+    index.write_bytes(lines("id"))
+    ctx = ctx_for(codex, work, config={"binary": str(tmp_path / "none")})  # no `codex delete`: only the lock waits
+    p = holder([], [ch / "session_index.jsonl.lock"], seconds=2)
+    try:
+        t = time.monotonic()
+        report = purge(ctx, tid, tmp_path)
+        assert time.monotonic() - t >= 1.5, "session_index.jsonl was rewritten while codex held its lock"
+    finally:
+        p.kill()
+        p.wait()
+    assert report.residual == []
+    assert (ch / "history.jsonl").is_symlink() and os.readlink(ch / "history.jsonl") == str(shared)
+    expected = lines("session_id").replace(json.dumps({"session_id": tid, "n": 1}).encode() + b"\n", b"")
+    assert shared.read_bytes() == expected + b"no newline at the end"
+    assert index.read_bytes() == lines("id").replace(json.dumps({"id": tid, "n": 1}).encode() + b"\n", b"")
 
 
 def test_purge_without_any_database_or_binary(codex, tmp_path):
@@ -281,11 +370,10 @@ def test_purge_without_any_database_or_binary(codex, tmp_path):
         db.unlink()
     agent = CodexAgent()
     ctx = ctx_for(codex, work, config={"binary": str(tmp_path / "none")})
-    assert agent.exists(ctx, parent)
-    plan = agent.artifacts(ctx, parent)
-    assert any(a.endswith(f"[child thread {child}]") for a in plan)
-    agent.purge(ctx, parent)
-    assert agent.artifacts(ctx, parent) == []
+    assert agent.exists(ctx, parent) and agent.children(ctx, parent) == [child]
+    plan = purge(ctx, parent, tmp_path, dry_run=True).plan
+    assert any(a.endswith(f"[child conversation {child}]") for a in plan)
+    assert purge(ctx, parent, tmp_path).residual == []
     assert codex.mentions({parent, child}) == []
 
 
@@ -300,13 +388,12 @@ def test_purge_of_leftovers_only(codex, tmp_path):
                 f"shell_snapshots/{tid}.1796029381870473660.sh"):
         (codex.codex_home / rel).parent.mkdir(parents=True, exist_ok=True)
         (codex.codex_home / rel).touch()
-    agent = CodexAgent()
     ctx = ctx_for(codex, work)
-    assert not agent.exists(ctx, tid)
-    assert len(agent.artifacts(ctx, tid)) == 3
-    removed = agent.purge(ctx, tid)
-    assert len(removed) == 3 and not any("codex delete" in r for r in removed)
-    assert ctx.notes == [] and agent.artifacts(ctx, tid) == []
+    assert not CodexAgent().exists(ctx, tid)
+    assert len(purge(ctx, tid, tmp_path, dry_run=True).plan) == 3
+    report = purge(ctx, tid, tmp_path)
+    assert len(report.removed) == 3 and not any("delete" in r for r in report.removed)
+    assert report.notes == [] and report.residual == []
 
 
 def test_databases_under_codex_sqlite_home(codex, tmp_path):
@@ -323,13 +410,12 @@ def test_databases_under_codex_sqlite_home(codex, tmp_path):
     con = sqlite3.connect(f"file:{sq / 'state_5.sqlite'}?mode=ro", uri=True)
     (child,) = [r[0] for r in con.execute("select child_thread_id from thread_spawn_edges")]
     con.close()
-    agent = CodexAgent()
     ctx = ctx_for(codex, work)
-    assert agent.exists(ctx, parent)
-    plan = agent.artifacts(ctx, parent)
-    assert f"threads:{parent}" in plan and f"threads:{child} [child thread {child}]" in plan
-    agent.purge(ctx, parent)
-    assert agent.artifacts(ctx, parent) == []
+    assert CodexAgent().exists(ctx, parent)
+    plan = purge(ctx, parent, tmp_path, dry_run=True).plan
+    assert f"threads:{parent} (1 row in {sq}/state_5.sqlite)" in plan
+    assert f"threads:{child} (1 row in {sq}/state_5.sqlite) [child conversation {child}]" in plan
+    assert purge(ctx, parent, tmp_path).residual == []
     for db in sq.glob("*.sqlite*"):
         assert parent.encode() not in db.read_bytes() and child.encode() not in db.read_bytes(), db
 
@@ -348,13 +434,12 @@ def test_an_unreadable_database_is_never_reported_clean(tmp_path):
     tid = "01a22bb5-92c5-7ce1-af7a-2003bdb69104"
     (home / ".codex" / "tui-thread-reference-capabilities" / tid).touch()
     (home / ".codex" / "state_5.sqlite").write_bytes(b"this is not a database" * 100)
-    agent = CodexAgent()
     ctx = AgentContext(home=str(home), env={"PATH": "/nonexistent"}, cwd=str(tmp_path))
-    plan = agent.artifacts(ctx, tid)
+    plan = purge(ctx, tid, tmp_path, dry_run=True).plan
     assert any(a.startswith("~/.codex/state_5.sqlite (could not be read:") for a in plan), plan
-    agent.purge(ctx, tid)
-    residual = agent.artifacts(ctx, tid)
+    residual = purge(ctx, tid, tmp_path).residual
     assert len(residual) == 1 and residual[0].startswith("~/.codex/state_5.sqlite (could not be read:")
+    assert not (home / ".codex" / "tui-thread-reference-capabilities" / tid).exists()
 
 
 def test_remote_argument_is_noted(tmp_path):
