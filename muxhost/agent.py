@@ -186,7 +186,8 @@ class Agent:
     name: str = ""
     #: comm / argv[0] basenames of a running agent (used to find a hand-started agent in a pane)
     process_names: tuple[str, ...] = ()
-    #: names of child processes that are part of the agent itself, not work it runs
+    #: names of child processes that are part of the agent itself, not work it runs (language
+    #: servers, MCP servers): their CPU is never taken for work; a tool running under one is work
     resident_children: tuple[str, ...] = ()
     #: typed into the pane by the stop ladder (then a pause, then Enter); None = no graceful exit
     exit_text: str | None = "/exit"
@@ -196,6 +197,9 @@ class Agent:
     id_pattern: str = UUID_PATTERN
     #: how to install the agent's program, shown when it is not found (``npm install -g …``)
     install_hint: str = ""
+    #: False when :meth:`activity` never reads its ``screen`` (it answers from a transcript, a
+    #: database, a status command): the host then captures no screen for this agent
+    activity_reads_screen: bool = True
 
     def valid_id(self, conversation_id: object) -> bool:
         return isinstance(conversation_id, str) and re.fullmatch(self.id_pattern, conversation_id) is not None
@@ -215,6 +219,22 @@ class Agent:
     def exists(self, ctx: AgentContext, conversation_id: str) -> bool:
         """True when the conversation can be resumed from disk."""
         return False
+
+    def activity(self, ctx: AgentContext, screen: str | None) -> str | None:
+        """What the agent of ``ctx`` (in conversation ``ctx.conversation_id``) is doing now, from the
+        best source the plugin has (its transcript or database, a marker on ``screen``, a status
+        command of the agent itself): ``"working"``, ``"waiting"`` (it asks the user something: a
+        permission, a question), ``"idle"`` (done, at its prompt), or None: no opinion.
+
+        ``screen`` is the pane's visible screen (None when the host read none). The host calls this
+        once per watch pass (every ``watch.interval``, default 1 s) for every running agent, and on
+        ``ls``: keep it cheap. It combines the answer with its own evidence (CONTRACT §6; README,
+        Activity): ``waiting`` stands; ``idle`` becomes ``working`` while a non-resident child of the
+        agent (a tool, a sub-agent) uses CPU — so a child conversation ending never makes a parent
+        that still works idle; ``working`` becomes ``stalled`` after ``watch.stall_after`` seconds
+        with no new output and no CPU in any non-resident process; with no opinion the host says
+        ``working`` while output changes or the agent's processes use CPU, else ``idle``."""
+        return None
 
     def in_use(self, ctx: AgentContext, conversation_id: str) -> list[str]:
         """Who holds the conversation, one line each (``"pid 812 claude --resume …"``); [] = free.

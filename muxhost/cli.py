@@ -18,7 +18,7 @@ EXIT_CODES = """exit codes:
   0 done · 1 failed (tmux, agent or I/O error) · 2 usage or config error · 3 not found
   4 refused (in use, or vetoed) · 5 purge incomplete (something was left)"""
 
-CORE_COMMANDS = ("launch", "ls", "show", "stop", "resume", "purge", "reconcile", "plugins")
+CORE_COMMANDS = ("launch", "ls", "show", "stop", "resume", "purge", "reconcile", "plugins", "watch")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -67,7 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = cmd("ls", "list records with their live state",
              "List live records (running or exited), or every record with --all. States: running, exited,\n"
-             "stopped, lost. The conversation id of running records is refreshed from the agent.")
+             "stopped, lost. The conversation id of running records is refreshed from the agent. ACTIVITY:\n"
+             "working, waiting, idle or stalled, and how long it has held (from `muxhost watch` when one\n"
+             "runs, else from one look).")
     sp.add_argument("--all", action="store_true", help="every record, stopped and lost ones too")
     json_flag(sp)
 
@@ -114,6 +116,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = cmd("plugins", "agents and backends, with their package, version and hooks")
     json_flag(sp)
+
+    sp = cmd("watch", "watch what every agent does (working, waiting, idle, stalled) and publish it",
+             "One long-running process per server (a second one is refused, exit 4). Every watch.interval\n"
+             "(1 s) it looks at every running agent and publishes the pane option @muxhost_activity and\n"
+             "the global @muxhost_summary (\"2 working · 1 waiting\"), which status-right '#{@muxhost_summary}'\n"
+             "shows with no process per refresh; `ls` then uses what it knows. An agent that starts\n"
+             "waiting gets a tmux message and the bell (watch.alert). It prints one line per change and\n"
+             "ends with its server (or Ctrl-C, SIGTERM), taking back what it published.")
+    sp.add_argument("--interval", type=float, metavar="S", help="seconds between passes (watch.interval, 1)")
+    sp.add_argument("--json", action="store_true",
+                    help='one JSON line per change: {"record", "name", "agent", "pane", "old", "new", "since"}')
 
     # the built-in plugins' commands (the purge key's), through their muxhost_register_commands
     # hooks — called here directly, so `muxhost --help` lists them without loading any plugin
@@ -188,9 +201,49 @@ def cmd_ls(host, args) -> int:
     if not lives:
         print("no records" + ("" if args.all else " running (see `muxhost ls --all`)"))
         return 0
-    rows = [[lv.rec.id, lv.rec.name, lv.rec.agent, lv.state, lv.pane.pane_id if lv.pane else "-",
+    rows = [[lv.rec.id, lv.rec.name, lv.rec.agent, lv.state, _activity(lv), lv.pane.pane_id if lv.pane else "-",
              lv.rec.conversation_id or "-", "yes" if lv.resumable else "no", lv.rec.cwd] for lv in lives]
-    print(_table(rows, ["ID", "NAME", "AGENT", "STATE", "PANE", "CONVERSATION", "RESUMABLE", "CWD"]))
+    print(_table(rows, ["ID", "NAME", "AGENT", "STATE", "ACTIVITY", "PANE", "CONVERSATION", "RESUMABLE", "CWD"]))
+    return 0
+
+
+def _ago(seconds: float) -> str:
+    """``45s``, ``12m``, ``3h``, ``2d``."""
+    s = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit}"
+    return f"{s}s"
+
+
+def _activity(lv) -> str:
+    """``idle 12m`` (the state and how long it has held), ``working`` when since is unknown, or -."""
+    if not lv.activity:
+        return "-"
+    import time
+
+    return lv.activity if lv.activity_since is None else f"{lv.activity} {_ago(time.time() - lv.activity_since)}"
+
+
+def cmd_watch(host, args) -> int:
+    import signal
+    import time
+
+    def emit(change) -> None:
+        if args.json:
+            print(json.dumps(change), flush=True)
+        else:
+            print(f"{time.strftime('%H:%M:%S', time.localtime(change['since']))}  {change['name']} ({change['record']}) "
+                  f"{change['old'] or '-'} -> {change['new'] or 'gone'}", flush=True)
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        host.watch(emit, interval=args.interval)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the watch took back what it published
+        pass
     return 0
 
 
@@ -200,6 +253,7 @@ def cmd_show(host, args) -> int:
     rec = host.resolve(args.ref)
     view = host.view([rec])
     live = host.live(rec, view)
+    host.activities([live], view)
     marked = procs.marked(rec.id, view.table, since=rec.launched_at)
     seen = {p.pid for p in live.tree}
     processes = [*live.tree, *[p for p in marked if p.pid not in seen]]
@@ -211,8 +265,9 @@ def cmd_show(host, args) -> int:
     if args.json:
         out_json(d)
         return 0
-    for k in ("id", "name", "agent", "state", "conversation_id", "resumable", "cwd", "home", "pane", "session",
-              "exit_status", "outcome", "seconds"):
+    d["activity"] = _activity(live) if live.activity else None  # "idle 12m"
+    for k in ("id", "name", "agent", "state", "activity", "conversation_id", "resumable", "cwd", "home", "pane",
+              "session", "exit_status", "outcome", "seconds"):
         if k in d:
             print(f"{k + ':':17}{d[k] if d[k] is not None else '-'}")
     if processes:
@@ -354,7 +409,7 @@ def cmd_plugins(host, args) -> int:
 
 
 COMMANDS = {"launch": cmd_launch, "ls": cmd_ls, "show": cmd_show, "stop": cmd_stop, "resume": cmd_resume,
-            "purge": cmd_purge, "reconcile": cmd_reconcile, "plugins": cmd_plugins}
+            "purge": cmd_purge, "reconcile": cmd_reconcile, "plugins": cmd_plugins, "watch": cmd_watch}
 
 
 def _command_word(argv: Sequence[str]) -> str | None:

@@ -22,6 +22,7 @@ _STRLIST = "strlist"
 _STRMAP = "strmap"
 _OPT_STR = "optstr"
 _ANY_MAP = "anymap"
+_BOOL = "bool"
 
 AGENT_KEYS = {
     "command": _STRLIST,      # config agents: argv to start it ({conversation_id} = a new uuid4)
@@ -39,12 +40,17 @@ AGENT_KEYS = {
 SCHEMA: dict[str, Any] = {
     "tmux": {"socket_name": _STR},
     "stop": {"exit_grace": _NUM, "term_grace": _NUM, "hup_grace": _NUM, "exit_pause": _NUM},
+    # the activity watch: seconds between passes, silence before a working agent is `stalled`,
+    # idle time before `sleep --idle-for` puts an agent to sleep (reserved: used by `sleep`), and
+    # whether an agent that starts waiting gets a tmux message and the bell
+    "watch": {"interval": _NUM, "stall_after": _NUM, "sleep_after": _NUM, "alert": _BOOL},
     "default_agent": _STR,
     "backend": _STR,          # the pane backend new agents go to (default tmux; also --backend, $MUXHOST_BACKEND)
     "agents": {"*": AGENT_KEYS},
 }
 
 DEFAULTS = {"exit_grace": 5.0, "term_grace": 2.0, "hup_grace": 1.0, "exit_pause": 0.5}
+WATCH_DEFAULTS: dict[str, Any] = {"interval": 1.0, "stall_after": 600.0, "sleep_after": None, "alert": True}
 
 
 @dataclass
@@ -55,6 +61,11 @@ class Config:
 
     def stop(self, key: str) -> float:
         return float(self.data.get("stop", {}).get(key, DEFAULTS[key]))
+
+    def watch(self, key: str) -> Any:
+        """A ``watch:`` setting, else its default (:data:`WATCH_DEFAULTS`)."""
+        value = (self.data.get("watch") or {}).get(key)
+        return WATCH_DEFAULTS[key] if value is None else value
 
     @property
     def socket_name(self) -> str | None:
@@ -117,6 +128,8 @@ def parse(text: str, path: str = "<config>") -> Config:
     lines: dict[str, int] = {}
     cfg.data = _check(node, SCHEMA, "", path, lines)
     cfg.lines = lines
+    if (cfg.data.get("watch") or {}).get("interval") == 0:
+        raise cfg.error("watch.interval", "must be more than 0 seconds")
     for name, entry in cfg.agents.items():
         if "id_pattern" in entry:
             try:
@@ -205,6 +218,10 @@ def _check(node, shape, key: str, path: str, lines: dict[str, int]):
     if shape == _OPT_STR:
         if value is not None and not isinstance(value, str):
             raise _fail(path, node, key, f"expected a string or null, got {value!r}")
+        return value
+    if shape == _BOOL:
+        if not isinstance(value, bool):
+            raise _fail(path, node, key, f"expected true or false, got {value!r}")
         return value
     if shape == _NUM:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:

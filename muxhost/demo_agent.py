@@ -8,10 +8,23 @@ has that muxhost cares about. Storage (under ``$MUXHOST_DEMO_HOME``, else
 - ``conversations/<id>.jsonl``  line 1: ``{"type": "meta", "id", "parent", "cwd", "created"}``,
   then one line per message
 - ``history.jsonl``             shared by all conversations: one line per prompt, with its id
-- ``live/<pid>.json``           the live registry: which conversation this process is in now
+- ``live/<pid>.json``           the live registry: which conversation this process is in now, and
+  what it is doing (``activity``: ``idle``, ``working`` or ``waiting``)
 
 Commands: ``/exit``, ``/new`` (a fresh conversation, like ``/clear``), ``/child [N] [TEXT]`` (a child
-conversation, N levels deep; each holds TEXT, when given, as its task), ``/id``, ``/help``.
+conversation, N levels deep; each holds TEXT, when given, as its task), ``/id``, ``/help``, and for
+muxhost's activity states (``muxhost watch``):
+
+- ``/work N``  busy N seconds: says it is working, and a child process does the work (a Python
+  process spinning the CPU), then says it is done;
+- ``/ask``     asks a y/n question and waits for the answer;
+- ``/hang``    says it is working, then prints nothing and uses no CPU (until Ctrl-C);
+- ``/helper spin N`` and ``/helper tool N`` (with ``--helper``): its resident helper process
+  ``muxhost-demo-helper`` (a language server or an MCP server of a real agent) spins the CPU
+  itself for N seconds, or runs a tool — a child process of its own — that does.
+
+What the screen shows says what it does: the prompt ``demo> `` (idle), a line starting with
+``demo: working`` (working) or ending with ``(y/n)`` (waiting for an answer).
 """
 
 from __future__ import annotations
@@ -26,6 +39,44 @@ import uuid
 from pathlib import Path
 
 ID_PATTERN = r"[0-9a-f]{32}"
+PROMPT = "demo> "
+WORKING = "demo: working"   # a line starting with this: at work
+ASK = "(y/n)"               # a line ending with this: waiting for the user's answer
+HELPER = "muxhost-demo-helper"  # argv[0] of the resident helper process (--helper)
+
+# a process that spins the CPU for argv[1] seconds (Ctrl-C in the pane is for the demo: it ends
+# its /work child itself)
+_SPIN = ("import signal, sys, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+         "end = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n")
+# the resident helper: reads `spin N` / `tool N` lines; argv[1] is the Python to run a tool with;
+# like a language server, a Ctrl-C in the pane is not for it
+_HELPER = f"""import signal, subprocess, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+SPIN = {_SPIN!r}
+for line in sys.stdin:
+    word, _, n = line.strip().partition(" ")
+    if word == "spin":
+        end = time.monotonic() + float(n)
+        while time.monotonic() < end:
+            pass
+    elif word == "tool":
+        subprocess.run([sys.argv[1], "-c", SPIN, n])
+"""
+
+
+def spin(seconds: float) -> "subprocess.Popen":
+    """A child process that spins the CPU for ``seconds``."""
+    import subprocess
+
+    return subprocess.Popen([sys.executable, "-c", _SPIN, str(seconds)], stdin=subprocess.DEVNULL)
+
+
+def start_helper() -> "subprocess.Popen":
+    """The resident helper, named :data:`HELPER` (its argv[0]); it ends when our end of its stdin closes."""
+    import subprocess
+
+    return subprocess.Popen([HELPER, "-c", _HELPER, sys.executable], executable=sys.executable,
+                            stdin=subprocess.PIPE, text=True)
 
 
 def data_dir(env=os.environ) -> Path:
@@ -52,6 +103,7 @@ class Demo:
         self.root = root
         self.live = root / "live" / f"{os.getpid()}.json"
         self.conversation = ""
+        self.activity = "idle"
 
     def conv_path(self, cid: str) -> Path:
         return self.root / "conversations" / f"{cid}.jsonl"
@@ -66,6 +118,15 @@ class Demo:
 
     def enter(self, cid: str) -> None:
         self.conversation = cid
+        self._write_live()
+
+    def doing(self, activity: str) -> None:
+        """Say in the live registry what it does now (``idle``, ``working``, ``waiting``)."""
+        if activity != self.activity:
+            self.activity = activity
+            self._write_live()
+
+    def _write_live(self) -> None:
         try:
             import psutil
 
@@ -74,7 +135,8 @@ class Demo:
             started = None
         self.live.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.live.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"pid": os.getpid(), "conversation": cid, "started": started, "cwd": os.getcwd()}))
+        tmp.write_text(json.dumps({"pid": os.getpid(), "conversation": self.conversation, "started": started,
+                                   "cwd": os.getcwd(), "activity": self.activity}))
         os.replace(tmp, self.live)
 
     def leave(self) -> None:
@@ -101,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--id", help="start a new conversation with this id (32 hex digits)")
     group.add_argument("--resume", metavar="ID", help="resume this conversation")
+    parser.add_argument("--helper", action="store_true",
+                        help=f"start a resident helper process ({HELPER}) for /helper spin|tool N")
     args = parser.parse_args(argv)
 
     import re
@@ -120,23 +184,71 @@ def main(argv: list[str] | None = None) -> int:
         print(f"muxhost demo agent · conversation {cid}")
     demo.enter(cid)
     atexit.register(demo.leave)
-    print("type a line; /child [N] [TEXT], /new, /id, /exit")
+    helper = start_helper() if args.helper else None
+    print("type a line; /child [N] [TEXT], /work N, /ask, /hang, /new, /id, /help, /exit")
     while True:
+        demo.doing("idle")
         try:
-            line = input("demo> ")
+            line = input(PROMPT)
         except EOFError:
             break
+        except KeyboardInterrupt:
+            print()
+            continue
         line = line.strip()
         if not line:
             continue
         if line == "/exit":
             break
-        if line == "/id":
+        words = line.split()
+        if words[0] == "/work":
+            seconds = float(words[1]) if len(words) > 1 and words[1].replace(".", "", 1).isdigit() else 5.0
+            demo.doing("working")
+            print(f"{WORKING} for {seconds:g} s (a child process does the work) ...", flush=True)
+            child = spin(seconds)
+            try:
+                child.wait()
+                print(f"demo: done after {seconds:g} s of work")
+            except KeyboardInterrupt:
+                child.kill()
+                child.wait()
+                print("\ndemo: interrupted")
+        elif line == "/ask":
+            answer = ""
+            demo.doing("waiting")
+            try:
+                while answer not in ("y", "n", "/exit"):
+                    answer = input(f"demo: go ahead? {ASK} ").strip().lower()
+            except (EOFError, KeyboardInterrupt):
+                answer = "/exit"
+            if answer == "/exit":
+                break
+            print(f"demo: you said {'yes' if answer == 'y' else 'no'}")
+        elif line == "/hang":
+            demo.doing("working")
+            print(f"{WORKING} on it ...", flush=True)
+            try:
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                print("\ndemo: interrupted")
+        elif words[0] == "/helper":
+            what = words[1] if len(words) > 1 else ""
+            seconds = words[2] if len(words) > 2 and words[2].replace(".", "", 1).isdigit() else "5"
+            if helper is None:
+                print("demo: no helper (start with --helper)")
+            elif what not in ("spin", "tool"):
+                print("demo: /helper spin N | /helper tool N")
+            else:
+                helper.stdin.write(f"{what} {seconds}\n")
+                helper.stdin.flush()
+                print(f"demo: the helper {'spins' if what == 'spin' else 'runs a tool'} for {seconds} s")
+        elif line == "/id":
             print(demo.conversation)
         elif line == "/new":
             demo.enter(demo.create())
             print(f"new conversation {demo.conversation}")
-        elif line.split()[0] == "/child":
+        elif words[0] == "/child":
             words = line.split(maxsplit=2)  # /child [N] [TEXT]
             numbered = len(words) > 1 and words[1].isdigit()
             depth = int(words[1]) if numbered else 1
@@ -151,6 +263,10 @@ def main(argv: list[str] | None = None) -> int:
                 parent = child
         elif line == "/help":
             print("/child [N] [TEXT]  start a child conversation N levels deep (holding TEXT)\n"
+                  "/work N  work N seconds (a child process spins the CPU)\n"
+                  "/ask  ask a y/n question and wait for the answer\n"
+                  "/hang  say it is working, then print nothing and use no CPU (Ctrl-C ends it)\n"
+                  "/helper spin N | /helper tool N  the resident helper spins, or runs a tool that does (--helper)\n"
                   "/new  a fresh conversation\n/exit  quit")
         else:
             print(demo.prompt(line))

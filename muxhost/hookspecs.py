@@ -81,3 +81,18 @@ def muxhost_conversation_purged(agent: str, conversation_id: str, report: dict[s
     :param conversation_id: the purged conversation id.
     :param report: the purge report as ``muxhost purge --json`` prints it.
     """
+
+
+@hookspec
+def muxhost_activity_changed(record: dict[str, Any], old: str | None, new: str | None) -> None:
+    """Called by ``muxhost watch`` when what an agent is doing changes (notify someone, log it).
+
+    Runs in the watch's process, once per change: keep it short (a slow hook delays every agent's
+    next look). An exception is a warning on the watch's stderr, never the watch's end.
+
+    :param record: the record as ``muxhost show --json`` prints it, with ``activity`` and
+        ``activity_since`` of now.
+    :param old: the state before: ``working``, ``waiting``, ``idle`` or ``stalled``; None when the
+        watch had not seen the agent yet.
+    :param new: the state now; None when the agent is no longer running (it exited, was stopped).
+    """

@@ -4,13 +4,15 @@ Nothing here names an agent: agents come from plugins (:mod:`muxhost.plugins`), 
 (:mod:`muxhost.backends`), processes from :mod:`muxhost.procs`, records from :mod:`muxhost.store`.
 :class:`Host` is the facade; each operation lives in its own module: :mod:`muxhost.state` (views,
 live state, refresh, REF, reconcile), :mod:`muxhost.launching` (launch, resume), :mod:`muxhost.ladder`
-(the stop ladder) and :mod:`muxhost.purging` (purge, with :mod:`muxhost.plans`).
+(the stop ladder), :mod:`muxhost.purging` (purge, with :mod:`muxhost.plans`), :mod:`muxhost.activity`
+(what each agent is doing) and :mod:`muxhost.watching` (the watch).
 """
 
 from __future__ import annotations
 
 import os
 
+from muxhost.activity import ActivityOps
 from muxhost.agent import Agent
 from muxhost.backends import Backend
 from muxhost.config import Config
@@ -20,11 +22,12 @@ from muxhost.launching import ENV_RE, NAME_RE, LaunchOps
 from muxhost.purging import PurgeOps
 from muxhost.state import STARTING_GRACE, Live, Located, StateOps, View
 from muxhost.store import Record, Store
+from muxhost.watching import WatchOps
 
 __all__ = ["Host", "Live", "Located", "View", "NAME_RE", "ENV_RE", "STARTING_GRACE", "_Target"]
 
 
-class Host(StateOps, LaunchOps, LadderOps, PurgeOps):
+class Host(StateOps, LaunchOps, LadderOps, PurgeOps, ActivityOps, WatchOps):
     """One muxhost: its config, plugins, record store and pane backends, and every operation."""
 
     def __init__(self, config: Config | None = None, socket: str | None = None, pm=None,

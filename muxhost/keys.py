@@ -1,4 +1,5 @@
-"""The purge key: prefix + P purges the conversation of the agent in the current pane.
+"""The purge key: prefix + P purges the conversation of the agent in the current pane (and the
+waiting key, prefix + W: to the agent that has waited longest, as ``muxhost watch`` publishes it).
 
 The printed tmux lines do three things, all inside the key's own tmux command queue (the commands
 are the built-in plugin :mod:`muxhost.plugins.purge_key`):
@@ -40,11 +41,20 @@ def _tmux_quoted(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
 
 
-def bindings(key: str = "P", socket: str | None = None) -> str:
+def _check_key(flag: str, key: str) -> None:
     if not key or any(c in key for c in " \t\n\"'{};"):
         from muxhost.errors import UsageError
 
-        raise UsageError(f"--key {key!r}: give one tmux key name, like P or M-p")
+        raise UsageError(f"{flag} {key!r}: give one tmux key name, like P or M-p")
+
+
+def bindings(key: str = "P", socket: str | None = None, wait_key: str = "W") -> str:
+    _check_key("--key", key)
+    _check_key("--wait-key", wait_key)
+    if wait_key == key:
+        from muxhost.errors import UsageError
+
+        raise UsageError(f"--key and --wait-key are both {key!r}")
     mux = muxhost_command() + (f" --socket {shlex.quote(socket)}" if socket else "")
     target = "--pane '#{pane_id}' --client '#{client_name}'"
     prepare = f"{mux} purge-key {target} --prepare"
@@ -61,6 +71,28 @@ bind-key {key} if-shell {_tmux_quoted(prepare)} {{
   confirm-before -p {_tmux_quoted(prompt)} {{
     run-shell {_tmux_quoted(purge)}
   }}
+}}
+{waiting_key(wait_key, mux)}"""
+
+
+def waiting_key(key: str, mux: str) -> str:
+    """prefix + ``key`` jumps to the agent that has waited longest: the pane the watch publishes as
+    ``@muxhost_waiting`` (tmux only: no process runs on the key)."""
+    from muxhost.backends import SUMMARY_OPTION, WAITING_OPTION
+
+    jump = f"switch-client -t '#{{{WAITING_OPTION}}}'"
+    return f"""
+# muxhost waiting key: prefix + {key} jumps to the agent that has waited longest for you (a question,
+# a permission). It needs the activity watch, one per tmux server, which also publishes
+# #{{{SUMMARY_OPTION}}} ("2 working · 1 waiting") for your status line. Start it from tmux:
+#   run-shell -b {_tmux_quoted(f"{mux} watch")}
+# (or put that line, without the #, in ~/.tmux.conf: a second watch for the server exits at once), and:
+#   set -g status-right '#{{{SUMMARY_OPTION}}} %H:%M'
+# Remove: tmux unbind-key {key}
+bind-key {key} if-shell -F {_tmux_quoted("#{" + WAITING_OPTION + "}")} {{
+  run-shell -C {_tmux_quoted(jump)}
+}} {{
+  display-message "muxhost: no agent is waiting (is muxhost watch running?)"
 }}"""
 
 

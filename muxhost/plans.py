@@ -88,6 +88,12 @@ def _inside(path: str, roots: list[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
 
 
+def _beside(lock, path) -> bool:
+    """True for ``<target>.lock``, the lock named for the file it guards (proper-lockfile's, of the
+    file's realpath): it goes with the file, which may be a root itself (``~/.claude.json``)."""
+    return os.path.abspath(os.fspath(lock)) == os.path.realpath(path) + ".lock"
+
+
 def _where(path, ctx) -> str:
     return ctx.expand(path)
 
@@ -118,7 +124,8 @@ def check(art: Artifact, roots: list[str], ctx) -> None:
     elif isinstance(art, (Lines, JsonMember)):
         own(art.path, target=True)
         if art.lock is not None:
-            own(art.lock.path, target=False)
+            if not _beside(art.lock.path, art.path):  # <file>.lock is checked as its file is
+                own(art.lock.path, target=False)
             if isinstance(art.lock, MkdirLock) and not os.fspath(art.lock.path).endswith(".lock"):
                 raise PlanError(f"refused: a MkdirLock is the folder <file>.lock, not {art.lock.path}")
         if isinstance(art, Lines) and art.key is None and art.contains is None:

@@ -26,12 +26,13 @@ class Proc:
     """One process as the snapshot saw it. ``cmdline`` is read on first use when the snapshot did
     not read it (a process table read without command lines is half the price)."""
 
-    __slots__ = ("pid", "ppid", "create_time", "name", "_cmdline")
+    __slots__ = ("pid", "ppid", "create_time", "name", "_cmdline", "cpu")
 
     def __init__(self, pid: int, ppid: int, create_time: float, name: str,
-                 cmdline: tuple[str, ...] | None = None):
+                 cmdline: tuple[str, ...] | None = None, cpu: float | None = None):
         self.pid, self.ppid, self.create_time, self.name = pid, ppid, create_time, name
         self._cmdline = None if cmdline is None else tuple(cmdline)
+        self.cpu = cpu  # CPU seconds used so far (user + system, its children not counted), when read
 
     @property
     def cmdline(self) -> tuple[str, ...]:
@@ -83,8 +84,10 @@ def _proc_from_info(info: dict) -> Proc | None:
     if info.get("pid") is None or info.get("create_time") is None:
         return None
     cmdline = info.get("cmdline", None)
+    times = info.get("cpu_times")
     return Proc(info["pid"], info.get("ppid") or 0, info["create_time"], info.get("name") or "",
-                None if cmdline is None and "cmdline" not in info else tuple(cmdline or ()))
+                None if cmdline is None and "cmdline" not in info else tuple(cmdline or ()),
+                None if times is None else times.user + times.system)
 
 
 class ProcessTable:
@@ -98,11 +101,13 @@ class ProcessTable:
             self._children.setdefault(p.ppid, []).append(p.pid)
 
     @classmethod
-    def snapshot(cls, cmdlines: bool = False) -> "ProcessTable":
+    def snapshot(cls, cmdlines: bool = False, cpu: bool = False) -> "ProcessTable":
         """Read the process table in one pass; command lines only with ``cmdlines`` (otherwise each
-        is read when first asked for)."""
+        is read when first asked for); each process's CPU time (:attr:`Proc.cpu`) with ``cpu`` (on
+        Linux from the same read). A caller that reads the table again and again uses a
+        :class:`Sampler`."""
         procs: dict[int, Proc] = {}
-        attrs = ["pid", "ppid", "create_time", "name"] + (["cmdline"] if cmdlines else [])
+        attrs = ["pid", "ppid", "create_time", "name"] + (["cmdline"] if cmdlines else []) + (["cpu_times"] if cpu else [])
         for p in psutil.process_iter():
             try:
                 info = p.as_dict(attrs)
@@ -193,6 +198,42 @@ class ProcessTable:
             if any(token in arg for arg in p.cmdline):
                 out.append(p)
         return out
+
+
+class Sampler:
+    """Process tables read again and again (the activity watch, once a second): it keeps a psutil
+    handle and the parent pid of every process between snapshots, so each pass reads each process's
+    stat once (its CPU time and name) instead of three times. A pid whose name changed or whose CPU
+    time went down is read afresh (an exec, or — in theory — a pid reused within one pass)."""
+
+    def __init__(self) -> None:
+        self._known: dict[int, tuple[psutil.Process, int, float, str, float]] = {}  # pid -> (handle, ppid, ct, name, cpu)
+
+    def snapshot(self) -> ProcessTable:
+        """The whole process table with :attr:`Proc.cpu` (command lines are read when asked for)."""
+        procs: dict[int, Proc] = {}
+        known: dict[int, tuple[psutil.Process, int, float, str, float]] = {}
+        for pid in psutil.pids():
+            entry = self._known.get(pid)
+            try:
+                if entry is not None:
+                    handle, ppid, ct = entry[0], entry[1], entry[2]
+                    with handle.oneshot():
+                        t, name = handle.cpu_times(), handle.name()
+                    used = t.user + t.system
+                    if name != entry[3] or used + 0.05 < entry[4]:
+                        entry = None  # not the process we knew: read it afresh
+                if entry is None:
+                    handle = psutil.Process(pid)
+                    with handle.oneshot():
+                        ppid, ct, name, t = handle.ppid(), handle.create_time(), handle.name(), handle.cpu_times()
+                    used = t.user + t.system
+            except _GONE:
+                continue
+            known[pid] = (handle, ppid, ct, name, used)
+            procs[pid] = Proc(pid, ppid, ct, name, None, used)
+        self._known = known
+        return ProcessTable(procs)
 
 
 def argv_holders(token: str, table: ProcessTable | None = None, exclude: Iterable[int] = ()) -> list[str]:

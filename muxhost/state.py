@@ -67,6 +67,8 @@ class Live:
     resumable: bool = False
     notes: list[str] = field(default_factory=list)  # the plugin's remarks (ctx.notes) at launch/resume
     warnings: list[dict[str, str]] = field(default_factory=list)  # plugin hooks that failed for it
+    activity: str | None = None          # working | waiting | idle | stalled (muxhost.activity), when running
+    activity_since: float | None = None  # epoch seconds it has held since (None: unknown)
 
     def to_dict(self) -> dict[str, Any]:
         r = self.rec
@@ -81,6 +83,7 @@ class Live:
             "exit_status": self.pane.dead_status if self.pane and self.pane.dead else None,
             "pids": [p.pid for p in self.tree],
             "warnings": list(self.warnings),
+            "activity": self.activity, "activity_since": self.activity_since,
         }
         if r.outcome:
             d["outcome"], d["seconds"] = r.outcome, r.seconds
@@ -114,6 +117,9 @@ class StateOps:
             state = "stopped"
         elif rec.state == "starting" and time.time() - rec.created_at < STARTING_GRACE:
             state = "starting"
+        elif rec.state == "running" and not self.backend_of(rec).keeps_dead_panes and view.server_running(
+                server_of(rec)) and not any(view.table.tree_of((int(k[0]), k[1])) for k in rec.pids if len(k) == 2):
+            state = "exited"  # a multiplexer that keeps no dead pane: the agent ended and its pane with it
         else:
             state = "lost"
         live = Live(rec, state, pane, tree)
@@ -231,6 +237,7 @@ class StateOps:
         self.refresh(lives, view, records)
         for lv in lives:
             lv.resumable = self._resumable(self.registry.agents.get(lv.rec.agent), lv.rec, lv)
+        self.activities(lives, view)  # muxhost.activity: the watch's knowledge, else one look
         if not all_records:
             lives = [lv for lv in lives if lv.state in ("running", "exited", "starting")]
         return lives

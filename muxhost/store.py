@@ -310,6 +310,12 @@ class Store:
             rows = self.con.execute("SELECT * FROM records ORDER BY created_at, id").fetchall()
         return [self._record(r) for r in rows]
 
+    def version(self) -> int:
+        """A number that changes whenever another connection commits (``PRAGMA data_version``): a
+        long-running reader (the watch) reads the records again only then."""
+        with self._errors():
+            return int(self.con.execute("PRAGMA data_version").fetchone()[0])
+
     def _record(self, row: sqlite3.Row) -> Record:
         try:
             return Record.from_row(row)

@@ -11,7 +11,8 @@ Helpers: :func:`wait_for`, :func:`tree_hash` (prove "byte for byte"), :func:`age
 agent CLI, or fail in CI / skip elsewhere), :class:`TmuxClient` (a real attached client in a pty),
 :func:`install_plugin` (pip-install a plugin package as a user would), :func:`unique_text` and
 :func:`files_holding` (grep raw bytes for a conversation's text), ``Mux.shell`` and
-``Mux.resume_command`` (resume a conversation outside muxhost, as a user would).
+``Mux.resume_command`` (resume a conversation outside muxhost, as a user would), :class:`Watching`
+(``muxhost watch --json`` running, its change lines, what it published for a pane).
 
 :class:`AgentContract`: the contract suite every agent plugin subclasses in its own tests.
 """
@@ -98,11 +99,20 @@ def clean_env(home: Path) -> dict[str, str]:
 
 
 class Mux:
-    """Runs the real muxhost CLI against a private tmux server and a private HOME."""
+    """Runs the real muxhost CLI against a private tmux server and a private HOME.
 
-    def __init__(self, server, tmp_path: Path):
+    On another pane backend (``backend="herdr"``), agents go to ``pane_server`` (its ``.address``;
+    its ``.env`` points the CLI at it), and :meth:`capture`, :meth:`type`, :meth:`pane_pid` and
+    :meth:`has_session` go through that backend's muxhost class; the tmux server stays for
+    :meth:`shell` and :meth:`tmux`."""
+
+    def __init__(self, server, tmp_path: Path, backend: str = "tmux", pane_server: Any = None):
         self.server = server
         self.socket = server.socket_name
+        self.backend = backend
+        self.pane_server = pane_server
+        self.address = pane_server.address if pane_server is not None else self.socket
+        self._pane_backend = None
         self.home = tmp_path / "home"
         self.home.mkdir(parents=True, exist_ok=True)
         self.state_dir = tmp_path / "state"
@@ -113,6 +123,8 @@ class Mux:
             MUXHOST_TMUX_SOCKET=self.socket,
             MUXHOST_CONFIG=str(self.config),
         )
+        if backend != "tmux":
+            self.env.update(MUXHOST_BACKEND=backend, **pane_server.env)
         self._shells: dict[str, tuple[str, tuple[int, float] | None]] = {}  # pane -> (token, shell)
 
     def run(self, *args: str, env: dict[str, str] | None = None, input: str | None = None,
@@ -137,8 +149,37 @@ class Mux:
     def tmux(self, *args: str) -> list[str]:
         return self.server.cmd(*args).stdout
 
+    def pane_backend(self):
+        """The muxhost backend of this test's pane server (off tmux: what :meth:`capture` and
+        :meth:`type` use), from the installed plugins (no plugin cache written)."""
+        if self._pane_backend is None:
+            from importlib.metadata import entry_points
+
+            from muxhost.plugins import Registry, get_plugin_manager
+
+            pm = get_plugin_manager(load_entrypoints=False)
+            for ep in entry_points(group="muxhost"):
+                if not pm.has_plugin(ep.name):
+                    pm.register(ep.load(), name=ep.name)
+            self._pane_backend = Registry(pm).backends[self.backend](self.address, None)
+        return self._pane_backend
+
+    def pane_pid(self, pane_id: str) -> int | None:
+        """The process the multiplexer runs in the pane (tmux's ``pane_pid``)."""
+        if self.backend == "tmux":
+            return int(self.tmux("display-message", "-p", "-t", pane_id, "#{pane_pid}")[0])
+        return next((p.pid for p in self.pane_backend().snapshot() or [] if p.pane_id == pane_id), None)
+
+    def has_session(self, name: str) -> bool:
+        """True while the multiplexer has a session (tmux) or tab (herdr) called ``name``."""
+        if self.backend == "tmux":
+            return self.server.cmd("has-session", "-t", name).returncode == 0
+        return any(p.session_name == name for p in self.pane_backend().snapshot() or [])
+
     def capture(self, pane_id: str, history: bool = False) -> str:
-        """The pane's screen (with ``history``: its scrollback too)."""
+        """The pane's screen (with ``history``: its scrollback too; off tmux: always)."""
+        if self.backend != "tmux":
+            return self.pane_backend().capture(pane_id)
         extra = ["-S", "-"] if history else []
         return "\n".join(self.server.cmd("capture-pane", "-p", "-J", *extra, "-t", pane_id).stdout)
 
@@ -155,6 +196,12 @@ class Mux:
             raise AssertionError(f"{e}\n--- last screen of {pane_id} ---\n{screen.rstrip()}") from None
 
     def type(self, pane_id: str, text: str, enter: bool = True, pause: float = 0.3) -> None:
+        if self.backend != "tmux":
+            self.pane_backend().type_text(pane_id, text)
+            if enter:
+                time.sleep(pause)
+                self.pane_backend().send_keys(pane_id, "enter")
+            return
         self.server.cmd("send-keys", "-t", pane_id, "-l", text)
         if enter:
             time.sleep(pause)
@@ -277,8 +324,13 @@ def _carrying(var: str, value: str) -> list[tuple[int, float]]:
 
 
 @pytest.fixture
-def mux(server, tmp_path):
-    m = Mux(server, tmp_path)
+def mux(request, server, tmp_path):
+    """A :class:`Mux` on tmux; parametrized (``indirect=True``) with a pane backend ``"NAME"`` (or
+    ``"NAME-VARIANT"``), on that backend's server from the fixture ``NAME_server``
+    (``NAME_VARIANT_server``), which gives ``.address`` and ``.env``."""
+    kind = getattr(request, "param", "tmux")
+    pane_server = None if kind == "tmux" else request.getfixturevalue(kind.replace("-", "_") + "_server")
+    m = Mux(server, tmp_path, backend=kind.split("-")[0], pane_server=pane_server)
     yield m
     m.reap()
 
@@ -408,6 +460,71 @@ class TmuxClient:
 _XDG_VARS = ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _DB_SIDECARS = ("-wal", "-journal", "-shm")
+
+
+class Watching:
+    """``muxhost watch --json`` running against a :class:`Mux`'s server, as a user starts it:
+    :attr:`changes` fills with its change lines as they come; :meth:`activity` reads what it
+    published for a pane (``tmux show-options``); :meth:`wait` waits for a pane to show a state.
+    Use it as a context manager (or call :meth:`stop`): it is ended by its pid, which this object
+    started."""
+
+    def __init__(self, mux: Mux, *args: str, env: dict[str, str] | None = None):
+        import threading
+
+        self.mux = mux
+        self.proc = subprocess.Popen([sys.executable, "-m", "muxhost", "watch", "--json", *args],
+                                     env={**mux.env, **(env or {})}, cwd=str(mux.home), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.changes: list[dict[str, Any]] = []
+        self.stderr = ""
+
+        def read() -> None:
+            for line in self.proc.stdout:
+                self.changes.append(json.loads(line))
+
+        self._reader = threading.Thread(target=read, daemon=True)
+        self._reader.start()
+
+    def __enter__(self) -> "Watching":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def option(self, name: str, pane: str | None = None) -> str | None:
+        """A user option as tmux shows it: the pane's, or the global one."""
+        where = ["-p", "-t", pane] if pane else ["-g"]
+        out = self.mux.tmux("show-options", "-v", *where, name)
+        return out[0] if out else None
+
+    def activity(self, pane: str) -> str | None:
+        return self.option("@muxhost_activity", pane)
+
+    def wait(self, pane: str, state: str, timeout: float = 20.0) -> float:
+        """Wait until the pane's ``@muxhost_activity`` is ``state``; returns the seconds it took."""
+        t0 = time.monotonic()
+        try:
+            wait_for(lambda: self.activity(pane) == state, timeout=timeout, interval=0.05,
+                     what=f"@muxhost_activity={state} on {pane}")
+        except AssertionError as e:
+            raise AssertionError(f"{e} (it is {self.activity(pane)!r}; changes: {self.changes}; "
+                                 f"watch alive: {self.proc.poll() is None})") from None
+        return time.monotonic() - t0
+
+    def stop(self) -> int:
+        """SIGTERM, as a user's Ctrl-C or kill: the watch takes back what it published. Returns its
+        exit status."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+        self._reader.join(5)
+        self.stderr = self.proc.stderr.read() if self.proc.stderr else ""
+        return self.proc.returncode
 
 
 def unique_text(role: str) -> str:

@@ -96,7 +96,7 @@ def test_a_third_party_backend_serves_launch_ls_stop_resume_and_purge(mux, logge
 
 
 def test_an_unknown_backend_is_a_usage_error(mux):
-    r = mux.run("--backend", "nosuch", "ls")
+    r = mux.run("--backend", "nosuch", "ls", env={"MUXHOST_LOAD_PLUGINS": ""})  # the built-ins only
     assert r.rc == 2 and r.err.strip() == "muxhost: no backend 'nosuch' is installed (known: tmux)"
     r = mux.run("ls", env={"MUXHOST_BACKEND": "nosuch"})
     assert r.rc == 2 and "no backend 'nosuch'" in r.err

@@ -50,7 +50,7 @@ def test_data_home_follows_xdg_only_for_the_callers_own_home(tmp_path, monkeypat
 def test_config_example_shows_every_key_and_is_valid():
     text = (ROOT / "config.example.yaml").read_text()
     cfg = config.parse(text, "config.example.yaml")
-    for key in ("socket_name", "default_agent", *config.DEFAULTS, *config.AGENT_KEYS):
+    for key in ("socket_name", "default_agent", *config.DEFAULTS, *config.WATCH_DEFAULTS, *config.AGENT_KEYS):
         assert f"{key}:" in text, key
     assert cfg.agents["aider"]["command"] == ["aider", "--no-auto-commits"]
 

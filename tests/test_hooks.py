@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from muxhost import hookspecs
-from muxhost.testing import install_plugin
+from muxhost.testing import Watching, install_plugin, wait_for
 
 SPY = textwrap.dedent('''
     """muxhost-spy: implements every hook and logs each call to $SPY_LOG."""
@@ -53,6 +53,10 @@ SPY = textwrap.dedent('''
     def muxhost_conversation_purged(agent, conversation_id, report):
         _log("muxhost_conversation_purged", conversation_id=conversation_id, removed=len(report["removed"]),
              complete=report["complete"])
+
+    @muxhost.hookimpl
+    def muxhost_activity_changed(record, old, new):
+        _log("muxhost_activity_changed", id=record["id"], old=old, new=new, activity=record["activity"])
 ''')
 
 
@@ -127,6 +131,20 @@ def test_hook_muxhost_conversation_purged(mux, env):
     mux.ok("purge", rec["id"], "--yes", env=env)
     [call] = calls(env, "muxhost_conversation_purged")
     assert call["conversation_id"] == rec["conversation_id"] and call["complete"] and call["removed"] >= 2
+
+
+def test_hook_muxhost_activity_changed(mux, env):
+    mux.config.write_text("watch:\n  interval: 0.3\n")
+    rec = mux.ok("launch", "demo", "--json", env=env)
+    mux.wait_screen(rec["pane"], "demo>")
+    with Watching(mux, env=env) as w:
+        w.wait(rec["pane"], "idle", timeout=10)
+        mux.type(rec["pane"], "/ask")
+        w.wait(rec["pane"], "waiting")
+        wait_for(lambda: len(calls(env, "muxhost_activity_changed")) >= 2, timeout=5, what="two calls")
+    assert calls(env, "muxhost_activity_changed") == [
+        {"hook": "muxhost_activity_changed", "id": rec["id"], "old": None, "new": "idle", "activity": "idle"},
+        {"hook": "muxhost_activity_changed", "id": rec["id"], "old": "idle", "new": "waiting", "activity": "waiting"}]
 
 
 def test_every_hookspec_has_a_test():

@@ -170,7 +170,8 @@ def test_every_hook_is_typed_and_documented():
     specs = [f for name, f in inspect.getmembers(hookspecs, inspect.isfunction) if name.startswith("muxhost_")]
     assert {f.__name__ for f in specs} == {
         "muxhost_register_agents", "muxhost_register_backends", "muxhost_register_commands",
-        "muxhost_agent_launched", "muxhost_agent_stopped", "muxhost_purge_veto", "muxhost_conversation_purged"}
+        "muxhost_agent_launched", "muxhost_agent_stopped", "muxhost_purge_veto", "muxhost_conversation_purged",
+        "muxhost_activity_changed"}
     for f in specs:
         assert f.__doc__ and ":param" in f.__doc__, f.__name__
         sig = inspect.signature(f)

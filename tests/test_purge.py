@@ -2,6 +2,8 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from muxhost.testing import tree_hash, wait_for
 
 
@@ -21,6 +23,7 @@ def start_demo(mux, cwd, prompts=("hello",), child=None):
     return rec
 
 
+@pytest.mark.every_backend
 def test_purge_the_demo_conversation_and_its_children_only(mux, tmp_path):
     work = tmp_path / "proj"
     work.mkdir()
@@ -104,6 +107,7 @@ def test_purge_without_yes_off_a_terminal_refuses(mux, tmp_path):
     assert mux.ok("show", rec["id"], "--json")["resumable"] is True
 
 
+@pytest.mark.every_backend
 def test_resume_continues_the_same_conversation_under_the_same_record(mux, tmp_path):
     rec = start_demo(mux, tmp_path, prompts=("before the stop",))
     mux.ok("stop", rec["id"])

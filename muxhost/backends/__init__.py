@@ -14,6 +14,12 @@ from typing import Iterator, Mapping, Sequence
 
 RECORD_OPTION = "@muxhost_record"
 AGENT_OPTION = "@muxhost_agent"
+# what the activity watch publishes (muxhost.watching): per pane, and for the whole server
+ACTIVITY_OPTION = "@muxhost_activity"              # working | waiting | idle | stalled
+ACTIVITY_SINCE_OPTION = "@muxhost_activity_since"  # epoch seconds it has held since
+SUMMARY_OPTION = "@muxhost_summary"                # "2 working · 1 waiting"
+WAITING_OPTION = "@muxhost_waiting"                # the pane that has waited longest, or ""
+WATCH_OPTION = "@muxhost_watch"                    # "<pid> <create time>" of the running watch
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,14 @@ class PaneInfo:
     record: str | None = None      # the @muxhost_record option
     agent: str | None = None       # the @muxhost_agent option
     extra: Mapping[str, str] = field(default_factory=dict)
+    #: the latest time (epoch s) the pane may have printed something, as the backend knows it: never
+    #: earlier than its real last output, maybe later (tmux: its window's, to the second); None = unknown
+    last_output: float | None = None
+    #: an opaque value that changes when the pane's output changes ("" = the backend cannot tell)
+    output_mark: str = ""
+    activity: str | None = None          # what the watch published: @muxhost_activity
+    activity_since: float | None = None  # @muxhost_activity_since
+    watcher: str | None = None           # the server's @muxhost_watch: "<pid> <create time>"
 
 
 #: key names the host uses, the same for every backend (each maps them to its own): "enter",
@@ -97,6 +111,35 @@ class Backend(ABC):
     def message(self, text: str, pane_id: str | None = None, client: str | None = None) -> None:
         """Show a short message to the user (tmux: display-message). Optional."""
 
+    def screens(self, pane_ids: Sequence[str]) -> dict[str, str]:
+        """The visible screen (no scrollback) of each pane, in ONE round trip where the backend can;
+        a pane that is gone is left out. Default: :meth:`capture` of each."""
+        out: dict[str, str] = {}
+        for pane_id in pane_ids:
+            try:
+                out[pane_id] = self.capture(pane_id)
+            except Exception:  # gone meanwhile: no screen
+                continue
+        return out
+
+    def publish(self, panes: Mapping[str, Mapping[str, str | None]],
+                server: Mapping[str, str | None] = {}) -> None:
+        """Set named values on panes and on the server (tmux: pane and global user options, which
+        status and border formats show), in ONE round trip where the backend can; None unsets a
+        value. Errors (a pane gone meanwhile) are ignored. Default: :meth:`set_pane_option` each."""
+        for pane_id, values in panes.items():
+            for name, value in values.items():
+                if value is not None:
+                    try:
+                        self.set_pane_option(pane_id, name, value)
+                    except Exception:
+                        continue
+
+    def alert(self, text: str, pane_id: str) -> None:
+        """Get the user's attention for ``pane_id`` (an agent that waits for them): tmux shows
+        ``text`` on every client and rings the pane's bell. Default: :meth:`message`."""
+        self.message(text, pane_id)
+
     def set_pane_option(self, pane_id: str, name: str, value: str) -> None:
         """Attach a named value to a pane (tmux: a user option). Optional."""
 
@@ -128,3 +171,7 @@ class Backend(ABC):
     def show_held(self, pane_id: str, text: str) -> None:
         """Replace the text of a holding pane made by :meth:`move_client_off` (the outcome); the pane
         stays until the user presses a key, then closes. Optional."""
+
+    #: False for a multiplexer that removes a pane when its process ends (herdr): no pane then means
+    #: the agent exited by itself (``exited``, its status unknown), not that the record is ``lost``
+    keeps_dead_panes: bool = True

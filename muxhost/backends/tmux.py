@@ -131,16 +131,16 @@ class TmuxBackend(Backend):
 
     # -- queries ----------------------------------------------------------------------------
     def snapshot(self) -> list[PaneInfo] | None:
-        panes = self._list()
+        panes = self._panes()
         if panes and any(pi.dead and pi.dead_status is None for pi in panes):
             # tmux 3.3 can mark a pane dead (its pty closed) before it reaped the process and kept
             # the exit status, and then only reaps it when another child of the server exits: give
             # it one (run-shell waits for it), and look again
             self._run("run-shell", "true", check=False, fast=True)
-            panes = self._list()
+            panes = self._panes()
         return panes
 
-    def _list(self) -> list[PaneInfo] | None:
+    def _panes(self) -> list[PaneInfo] | None:
         p = self._run("list-panes", "-a", "-F", FORMAT, check=False, fast=True)
         if p.returncode != 0:
             msg = p.stderr.strip()

@@ -15,7 +15,7 @@ from pathlib import Path
 import muxhost
 from muxhost import procs
 from muxhost.agent import Agent, AgentContext, Launch
-from muxhost.demo_agent import ID_PATTERN
+from muxhost.demo_agent import ASK, HELPER, ID_PATTERN, PROMPT, WORKING
 
 
 def _program() -> list[str]:
@@ -32,7 +32,7 @@ def _program() -> list[str]:
 class DemoAgent(Agent):
     name = "demo"
     process_names = ("muxhost-demo",)
-    resident_children = ()
+    resident_children = (HELPER,)  # its resident helper (`-- --helper`): part of the agent, not work
     exit_text = "/exit"
     id_pattern = ID_PATTERN
 
@@ -117,6 +117,34 @@ class DemoAgent(Agent):
 
     def exists(self, ctx: AgentContext, conversation_id: str) -> bool:
         return self._conv(ctx, conversation_id).is_file()
+
+    def activity(self, ctx: AgentContext, screen: str | None) -> str | None:
+        """From the screen's last line when there is a screen (the watch's): a question ending
+        ``(y/n)`` is ``waiting``, ``demo: working …`` is ``working``, the prompt (or any other
+        ``demo: …`` line, a command's last words) is ``idle``. Without one
+        (``ls`` with no watch), from the ``activity`` its live registry entry says. Anything else:
+        no opinion. (The host tells a ``/hang`` from a ``/work``: no output and no CPU for
+        ``watch.stall_after`` is ``stalled``.)"""
+        if screen is not None:
+            last = next((ln.rstrip() for ln in reversed(screen.splitlines()) if ln.strip()), "")
+            if last.endswith(ASK):
+                return "waiting"
+            if last.startswith(WORKING):
+                return "working"
+            if last.startswith((PROMPT.rstrip(), "demo: ")):
+                return "idle"  # at its prompt, or a command's last words (its prompt comes next)
+            return None
+        for pid in ctx.pids[:1]:  # the agent itself: the pane's process
+            try:
+                entry = json.loads((self.root(ctx) / "live" / f"{pid}.json").read_text())
+            except (OSError, ValueError):
+                return None
+            proc, started = ctx.process_table().get(pid), entry.get("started")
+            if proc is None or not isinstance(started, (int, float)) or abs(proc.create_time - started) > 0.01:
+                return None  # an entry some earlier process with this pid left
+            answer = entry.get("activity")
+            return answer if answer in ("idle", "working", "waiting") else None
+        return None
 
     def in_use(self, ctx: AgentContext, conversation_id: str) -> list[str]:
         # (the host asks for every conversation of the family, and about its own records itself)

@@ -1,7 +1,8 @@
 """Built-in plugin: the purge key's commands, added through ``muxhost_register_commands`` like any
 plugin's (muxhost's built-ins are ordinary plugins, as datasette's and llm's are).
 
-- ``muxhost tmux-bindings [--key K]`` prints the tmux lines (:func:`muxhost.keys.bindings`);
+- ``muxhost tmux-bindings [--key K] [--wait-key W]`` prints the tmux lines (:func:`muxhost.keys.bindings`):
+  the purge key, and the key to the agent that has waited longest;
 - ``muxhost purge-key --pane %N --client C --prepare | --run`` are the key's two steps, run by tmux:
   find the agent in the pane and name it in the prompt; then, on "y", stop it with the ladder, purge
   its conversation and say the outcome in tmux (never on a terminal: run-shell would show it raw).
@@ -20,7 +21,7 @@ from muxhost.errors import INCOMPLETE, MuxhostError, UsageError
 def cmd_tmux_bindings(args) -> int:
     from muxhost.keys import bindings
 
-    print(bindings(args.key, socket=args.host.socket))
+    print(bindings(args.key, socket=args.host.socket, wait_key=args.wait_key))
     return 0
 
 
@@ -71,9 +72,12 @@ def muxhost_register_commands(subparsers):
         "tmux-bindings", help="print tmux lines that bind a key to purge the current pane's conversation",
         description="Print tmux lines that bind prefix + KEY (default P) to purge the conversation of the\n"
                     "agent in the current pane: it asks first, stops the agent with the whole ladder, purges\n"
-                    "the conversation and its children, and shows the outcome in tmux.",
+                    "the conversation and its children, and shows the outcome in tmux. Also prefix + W: jump\n"
+                    "to the agent that has waited longest (from `muxhost watch`), and how to start the watch.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sp.add_argument("--key", default="P", help="the key after the prefix (default: P)")
+    sp.add_argument("--wait-key", default="W", metavar="KEY",
+                    help="the key that jumps to the agent waiting longest (default: W; needs `muxhost watch`)")
     sp.set_defaults(func=cmd_tmux_bindings)
     sp = subparsers.add_parser("purge-key", description="The purge key's steps, as tmux runs them "
                                "(see `muxhost tmux-bindings`).")

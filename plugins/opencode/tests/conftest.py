@@ -4,9 +4,11 @@ the test modules get everything through fixtures (pytest runs with ``--import-mo
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -25,6 +27,13 @@ SPAWN = "MUXHOST_SPAWN"            # the parent calls the task tool: a sub-agent
 CHILD = "MUXHOST_CHILD_TASK"       # the sub-agent calls the task tool again: a grandchild
 GRANDCHILD = "MUXHOST_GRANDCHILD"  # the grandchild just answers
 DONE = "All done here."
+CONTRACT_TEXT = r"muxhost contract [^\n\"]*?[0-9a-f]{32}"  # what muxhost.testing.unique_text makes
+
+
+def noted(text: str) -> str:
+    """The fake model's answer to a prompt holding ``text`` (it does not repeat the text)."""
+    return "Noted " + hashlib.sha1(text.encode()).hexdigest()[:12]
+
 
 OPENCODE_ENV = {
     "OPENCODE_DISABLE_MODELS_FETCH": "1",
@@ -52,8 +61,11 @@ class FakeOpenAI:
 
     - no tools offered (the title request): a title;
     - the last message is a tool result: "All done here.";
-    - the prompt names MUXHOST_SPAWN: a ``task`` call whose prompt is MUXHOST_CHILD_TASK (a sub-agent),
+    - the prompt names MUXHOST_SPAWN: a ``task`` call whose prompt is MUXHOST_CHILD_TASK (a sub-agent;
+      followed by the contract suite's text when the prompt holds one, else "start another one"),
       which answers with a ``task`` call whose prompt is MUXHOST_GRANDCHILD (a grandchild);
+    - a prompt holding a text of the contract suite (:func:`muxhost.testing.unique_text`):
+      :func:`noted` of it, which the suite's ``converse`` waits for on the screen;
     - anything else: a short text.
     Every request body is kept in ``self.requests``."""
 
@@ -102,8 +114,11 @@ class FakeOpenAI:
             return "text", "grandchild finished"
         if CHILD in last and "task" in tools:
             return "task", f"{GRANDCHILD}: say hello"
+        text = re.search(CONTRACT_TEXT, last)
         if SPAWN in last and "task" in tools:
-            return "task", f"{CHILD}: start another one"
+            return "task", f"{CHILD}: {text.group(0) if text else 'start another one'}"
+        if text:
+            return "text", noted(text.group(0))
         return "text", "Hello from the fake model."
 
     def _answer(self, h: BaseHTTPRequestHandler, body: dict) -> None:
@@ -337,4 +352,5 @@ def opencode_db():
 @pytest.fixture
 def scripted():
     """The words the fake model reacts to."""
-    return {"spawn": SPAWN, "child": CHILD, "grandchild": GRANDCHILD, "done": DONE, "env": dict(OPENCODE_ENV)}
+    return {"spawn": SPAWN, "child": CHILD, "grandchild": GRANDCHILD, "done": DONE, "env": dict(OPENCODE_ENV),
+            "noted": noted}

@@ -1,0 +1,292 @@
+"""The activity watch (``muxhost watch``): one long-running process per pane server that knows what
+every agent on it is doing, and says so where it costs nothing to read. Part of
+:class:`muxhost.host.Host`.
+
+Each pass (every ``watch.interval``, default 1 s): ONE pane query, ONE process-table pass (a
+:class:`muxhost.procs.Sampler`: each process's stat read once), the screens of only those panes
+whose output moved since the last look (and whose plugin reads screens), batched in ONE round trip,
+then :func:`muxhost.activity.judge` for each running record with what the watch remembers between
+passes (the last screen, each process's CPU time, the last sign of life). Nothing is written when
+nothing changed; a change is published in one round trip: per pane ``@muxhost_activity`` and
+``@muxhost_activity_since``, and for the server ``@muxhost_summary`` (``2 working · 1 waiting``),
+``@muxhost_waiting`` (the pane that has waited longest: the key of ``muxhost tmux-bindings``) and
+``@muxhost_watch`` (this process, so ``ls`` knows the values are live). Each change also goes to
+the hook ``muxhost_activity_changed`` and to the caller's ``emit``; an agent that starts waiting
+gets the backend's alert (tmux: a message and the bell) unless ``watch.alert`` is false.
+
+A second watch for the same server is refused (exit 4) naming the first one's pid: the lock file
+``<state dir>/locks/watch-<server>.lock`` is held (``flock``) for the watch's life.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from muxhost import procs
+from muxhost.activity import (CPU_BUSY, STATES, Evidence, ask_plugin, first_since, judge, needs_screen,
+                              split_tree)
+from muxhost.backends import (ACTIVITY_OPTION, ACTIVITY_SINCE_OPTION, SUMMARY_OPTION, WAITING_OPTION,
+                              WATCH_OPTION, PaneInfo)
+from muxhost.errors import MuxhostError, Refused
+from muxhost.state import Live
+from muxhost.store import Record
+
+
+@dataclass
+class Track:
+    """What the watch remembers of one running record between passes."""
+
+    rec: Record
+    pane: PaneInfo
+    activity: str | None = None
+    since: float | None = None
+    progress: float | None = None          # the latest time it printed or used CPU
+    mark: str = ""                         # the pane's output_mark at the last look
+    screen: str | None = None              # its visible screen, as last captured
+    cpu: dict[tuple[int, float], float] = field(default_factory=dict)  # non-resident process -> CPU s
+    published: tuple[str, float] | None = None
+
+
+def summary(counts: dict[str, int]) -> str:
+    """``2 working · 1 waiting`` (states in a fixed order, none with no agent; "" for none at all)."""
+    return " · ".join(f"{counts[s]} {s}" for s in ("working", "waiting", "stalled", "idle") if counts.get(s))
+
+
+class Watch:
+    """The watch of one server. :meth:`step` is one pass; :meth:`run` loops until the server ends
+    (or KeyboardInterrupt) and then takes back what it published."""
+
+    def __init__(self, host, interval: float, stall_after: float, alert: bool,
+                 emit: Callable[[dict[str, Any]], None] = lambda change: None):
+        self.host, self.interval, self.stall_after, self.alert, self.emit = host, interval, stall_after, alert, emit
+        self.server = host.server
+        self.backend = host.current()
+        self.sampler = procs.Sampler()
+        self.tracks: dict[str, Track] = {}
+        self.residents: dict[tuple[int, float, str], bool] = {}
+        self.records: list[Record] = []
+        self.version: int | None = None
+        self.looked: float | None = None       # the time of the previous pass
+        self.server_values: dict[str, str | None] = {}
+        self.warned = 0
+        import psutil
+
+        self.ident = f"{os.getpid()} {psutil.Process().create_time()}"
+
+    # -- one pass -------------------------------------------------------------------------------
+    def _records(self) -> list[Record]:
+        store = self.host.store
+        version = store.version()
+        if version != self.version:  # another muxhost committed: read them again
+            self.version = version
+            self.records = [r for r in store.all() if (r.backend or "tmux", r.socket) == self.server]
+        return self.records
+
+    def step(self) -> list[dict[str, Any]] | None:
+        """One pass; returns the changes (None: the server is gone)."""
+        panes = self.backend.snapshot()
+        if panes is None:  # the server ended, and every agent on it
+            for tr in self.tracks.values():
+                if tr.activity is not None:
+                    self._changed(Live(tr.rec, "lost", None, []), tr.activity, None, time.time(), alert=False)
+            self.tracks.clear()
+            return None
+        table = self.sampler.snapshot()
+        if len(self.residents) > 4 * len(table.procs) + 100:  # forget processes long gone
+            self.residents = {k: v for k, v in self.residents.items() if k[0] in table.procs}
+        now = time.time()
+        first = self.looked is None
+        dt = None if first else max(now - self.looked, 1e-3)
+        by_record: dict[str, PaneInfo] = {}
+        for p in panes:
+            if p.record and (p.record not in by_record or by_record[p.record].dead):
+                by_record[p.record] = p
+        running: list[tuple[Live, Track, Any, bool, bool, bool]] = []
+        wanted: list[str] = []
+        for rec in self._records():
+            pane = by_record.get(rec.id)
+            if rec.state == "stopped" or pane is None or pane.dead:
+                continue
+            tree = table.tree(pane.pid)
+            if not tree:
+                continue
+            live = Live(rec, "running", pane, tree)
+            tr = self.tracks.get(rec.id)
+            new = tr is None or tr.pane.pane_id != pane.pane_id
+            if new:
+                tr = self.tracks[rec.id] = Track(rec, pane, progress=pane.last_output)
+            tr.rec = rec
+            agent = self.host.registry.agents.get(rec.agent)
+            _, tools = split_tree(agent, tree, self.residents)
+            own = [tree[0], *tools]
+            used = tool_used = 0.0
+            for p in own:
+                before = tr.cpu.get(p.key)
+                if p.cpu is None:
+                    continue
+                if before is not None:
+                    d = max(p.cpu - before, 0.0)
+                elif not new and self.looked is not None and p.create_time >= self.looked - 0.01:
+                    d = p.cpu  # started since the last look: all of its CPU is new
+                else:
+                    d = 0.0
+                used += d
+                if p is not tree[0]:
+                    tool_used += d
+            tr.cpu = {p.key: p.cpu for p in own if p.cpu is not None}
+            busy = dt is not None and used >= CPU_BUSY * dt
+            tool_busy = dt is not None and tool_used >= CPU_BUSY * dt
+            # output since the last look: the mark moved, or the (whole-second) output time is not
+            # older than the second of the last look
+            moved = pane.output_mark != tr.mark or (
+                pane.last_output is not None and self.looked is not None and pane.last_output >= int(self.looked))
+            if not new and moved:
+                tr.progress = max(tr.progress or 0.0, min(pane.last_output + 1, now) if pane.last_output else now)
+            if busy:
+                tr.progress = now
+            tr.mark, tr.pane = pane.output_mark, pane
+            if needs_screen(agent) and (moved or tr.screen is None):
+                wanted.append(pane.pane_id)
+            running.append((live, tr, agent, busy, tool_busy, new))
+        screens = self.backend.screens(wanted) if wanted else {}
+        changes: list[dict[str, Any]] = []
+        seen = set()
+        for live, tr, agent, busy, tool_busy, new in running:
+            seen.add(live.rec.id)
+            if live.pane.pane_id in screens:
+                tr.screen = screens[live.pane.pane_id]
+            ev = Evidence(ask_plugin(self.host, agent, live, tr.screen, table) if agent else None,
+                          busy, tool_busy, tr.progress)
+            state = judge(ev, now, self.stall_after)
+            if state == tr.activity:
+                continue
+            if new:
+                since = first_since(state, live.pane.last_output, tr.progress, self.stall_after, now) or now
+            elif state == "stalled" and tr.progress is not None:
+                since = min(tr.progress + self.stall_after, now)
+            else:
+                since = now
+            old, tr.activity, tr.since = tr.activity, state, since
+            live.activity, live.activity_since = state, since
+            changes.append(self._changed(live, old, state, since, alert=not first or old is not None))
+        for rid in [r for r in self.tracks if r not in seen]:
+            tr = self.tracks.pop(rid)
+            live = Live(tr.rec, "exited", tr.pane, [])
+            if tr.activity is not None:
+                changes.append(self._changed(live, tr.activity, None, now, alert=False))
+            if tr.published is not None:  # a dead pane keeps its options: take ours back
+                self.backend.publish({tr.pane.pane_id: {ACTIVITY_OPTION: None, ACTIVITY_SINCE_OPTION: None}})
+        self._publish()
+        self.looked = now
+        return changes
+
+    def _changed(self, live: Live, old: str | None, new: str | None, since: float, alert: bool) -> dict[str, Any]:
+        rec = live.rec
+        change = {"record": rec.id, "name": rec.name, "agent": rec.agent,
+                  "pane": live.pane.pane_id if live.pane else None, "old": old, "new": new, "since": round(since, 3)}
+        try:
+            self.host.pm.hook.muxhost_activity_changed(record=live.to_dict(), old=old, new=new)
+        except Exception as e:  # a plugin's notifier failing does not stop the watch
+            self.host.warn("-", "muxhost_activity_changed", e, rec)
+        if new == "waiting" and alert and self.alert and live.pane is not None:
+            self.backend.alert(f"muxhost: {rec.name} ({rec.agent}) is waiting for you", live.pane.pane_id)
+        self.emit(change)
+        return change
+
+    def _publish(self) -> None:
+        """What changed since the last publish, in one round trip."""
+        panes: dict[str, dict[str, str | None]] = {}
+        counts: dict[str, int] = {}
+        waiting: list[tuple[float, str]] = []
+        for tr in self.tracks.values():
+            if tr.activity is None:
+                continue
+            counts[tr.activity] = counts.get(tr.activity, 0) + 1
+            if tr.activity == "waiting":
+                waiting.append((tr.since or 0.0, tr.pane.pane_id))
+            value = (tr.activity, tr.since or 0.0)
+            if tr.published != value:
+                panes[tr.pane.pane_id] = {ACTIVITY_OPTION: value[0], ACTIVITY_SINCE_OPTION: f"{value[1]:.3f}"}
+                tr.published = value
+        server = {WATCH_OPTION: self.ident, SUMMARY_OPTION: summary(counts),
+                  WAITING_OPTION: min(waiting)[1] if waiting else ""}
+        changed = {k: v for k, v in server.items() if self.server_values.get(k) != v}
+        if panes or changed:
+            self.backend.publish(panes, changed)
+            self.server_values.update(changed)
+
+    def withdraw(self) -> None:
+        """Take back everything published (the watch ends): no stale state in any status line."""
+        panes = {tr.pane.pane_id: {ACTIVITY_OPTION: None, ACTIVITY_SINCE_OPTION: None}
+                 for tr in self.tracks.values() if tr.published is not None}
+        self.backend.publish(panes, {WATCH_OPTION: None, SUMMARY_OPTION: None, WAITING_OPTION: None})
+
+    # -- the loop -------------------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            while True:
+                t0 = time.monotonic()
+                try:
+                    if self.step() is None:
+                        return  # the server ended: so does its watch
+                except (MuxhostError, OSError) as e:  # a bad moment (a busy store, a tmux hiccup): next pass
+                    print(f"muxhost: watch: {e} (trying again)", file=sys.stderr, flush=True)
+                self._warnings()
+                time.sleep(max(0.0, self.interval - (time.monotonic() - t0)))
+        finally:
+            try:
+                self.withdraw()
+            except Exception:
+                pass
+
+    def _warnings(self) -> None:
+        new = self.host.warnings[self.warned:]
+        self.warned = len(self.host.warnings)
+        for w in new:
+            rec = f" for record {w['record']}" if w.get("record") else ""
+            print(f"muxhost: warning: {w['agent']}: {w['hook']} failed{rec}: {w['error']}", file=sys.stderr, flush=True)
+
+
+def lock_path(server: tuple[str, str | None]) -> str:
+    """The watch lock of a server: ``<state dir>/locks/watch-<hash of backend and address>.lock``."""
+    from muxhost.store import state_dir
+
+    digest = hashlib.sha256(f"{server[0]}\0{server[1] or ''}".encode()).hexdigest()[:24]
+    return str(state_dir() / "locks" / f"watch-{digest}.lock")
+
+
+class WatchOps:
+    """The watch half of :class:`muxhost.host.Host`."""
+
+    def watch(self, emit: Callable[[dict[str, Any]], None], interval: float | None = None) -> None:
+        """Run the watch of the chosen server until the server ends (or KeyboardInterrupt). A second
+        watch of the same server is refused (exit 4), naming the first one's pid."""
+        from muxhost.kit.flock import LockTimeout, flock
+
+        interval = float(self.config.watch("interval") if interval is None else interval)
+        if interval <= 0:
+            from muxhost.errors import UsageError
+
+            raise UsageError("--interval must be more than 0 seconds")
+        backend = self.current()
+        if backend.snapshot() is None:
+            raise MuxhostError(self.no_server())
+        path = lock_path(self.server)
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        try:
+            with flock(path, 0, label=f"watch pid {os.getpid()}"):
+                Watch(self, interval, float(self.config.watch("stall_after")), bool(self.config.watch("alert")),
+                      emit).run()
+        except LockTimeout as e:
+            if os.path.realpath(e.path) != os.path.realpath(path):
+                raise
+            pid = e.holder.rpartition(" ")[2] if e.holder else "?"
+            raise Refused(f"a watch already runs for the {backend.name} server on {backend.where()} (pid {pid})") from None
+
+
+__all__ = ["STATES", "Track", "Watch", "WatchOps", "lock_path", "summary"]

@@ -1,0 +1,50 @@
+"""muxhost-herdr: the herdr pane backend for muxhost (``muxhost --backend herdr``).
+
+herdr (https://github.com/herdrdev/herdr) is a terminal workspace manager for coding agents; its
+server owns the panes and answers JSON on a Unix socket. This plugin registers the backend
+``herdr`` (:mod:`muxhost_herdr.backend`, imported on first use: every muxhost command imports this
+module) and, after a launch or resume on herdr, lets herdr show which conversation runs in the pane.
+"""
+
+from __future__ import annotations
+
+import muxhost
+
+_made: dict = {}  # socket path -> HerdrBackend: one ping per server and process
+
+
+def factory(address=None, config=None):
+    """The backend of the herdr server at socket ``address`` (None: where herdr itself looks)."""
+    from muxhost_herdr.backend import HerdrBackend, default_socket
+
+    path = address or default_socket()
+    if path not in _made:
+        _made[path] = HerdrBackend(path, config)
+    return _made[path]
+
+
+def _resolve_address(given, config=None):
+    from muxhost_herdr.backend import resolve_address
+
+    return resolve_address(given, config)
+
+
+factory.resolve_address = _resolve_address
+
+
+@muxhost.hookimpl
+def muxhost_register_backends(register):
+    register("herdr", factory)
+
+
+@muxhost.hookimpl
+def muxhost_agent_launched(record):
+    """Show the record's conversation in its herdr pane (a metadata token and the pane title)."""
+    if record.get("backend") != "herdr" or not record.get("pane") or not record.get("conversation_id"):
+        return
+    from muxhost.errors import MuxhostError
+
+    try:
+        factory(record.get("socket")).show_conversation(record["pane"], record["agent"], record["conversation_id"])
+    except MuxhostError:
+        pass  # only what herdr shows: the agent runs either way (its pane may be gone already)
