@@ -12,39 +12,42 @@ What it knows about the CLI (checked against claude 2.1.197):
   ``file-history/<id>/``, ``tasks/<id>/``, ``session-env/<id>/``, ``uploads/<id>/``, ``debug/<id>.txt``,
   the ``history.jsonl`` lines whose ``sessionId`` is the id, ``projects[<cwd>].lastSessionId`` in the global
   config, and ``<tmp>/claude-<uid>/<folder>/<id>/`` (``<tmp>`` = ``$CLAUDE_CODE_TMPDIR``, else node's
-  ``os.tmpdir()``: ``$TMPDIR`` or ``/tmp``).
+  ``os.tmpdir()``: ``$TMPDIR`` or ``/tmp``). claude takes proper-lockfile's lock (the folder
+  ``<realpath>.lock``) before it writes ``history.jsonl`` or the global config.
 - The live registry ``sessions/<pid>.json`` (``pid``, ``sessionId``, ``cwd``, ``startedAt`` in ms,
   ``procStart`` = field 22 of ``/proc/<pid>/stat``) names the conversation a running claude is in; it
   follows ``/clear`` and ``/resume``; it is removed on a clean exit and left behind by SIGKILL.
+- Sub-agents (the Agent / Task tool) are no conversations of their own: they carry the parent's
+  ``sessionId`` and live in its folders (``projects/<folder>/<id>/subagents/``, ``<tmp>/…/<id>/tasks/``),
+  so the parent's artifacts take them and ``children`` stays ``[]``. No claude command deletes one
+  conversation (``claude project purge`` takes a whole project): the typed plan has no ``Command``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
-import shlex
-import shutil
 import struct
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import psutil
 
 import muxhost
-from muxhost import fsutil
 from muxhost.agent import UUID_PATTERN, AgentContext, Launch
+from muxhost.artifacts import Dir, File, JsonMember, Leftover, Lines, MkdirLock
 
-__all__ = ["ClaudeAgent", "project_folder_name", "java_string_hash", "muxhost_register_agents"]
+__all__ = ["ClaudeAgent", "project_folder_name", "java_string_hash", "registry_entry_live", "muxhost_register_agents"]
 
 _MAX_FOLDER = 200
-# never part of one conversation (AGENTS.md): shared by every conversation of a project / the user
-_SHARED = frozenset({"memory", "shell-snapshots", "backups"})
-# handled on their own (registry, transcripts) or never per conversation
-_NOT_SCANNED = _SHARED | {"projects", "sessions", "plans", "plugins", "commands", "agents", "skills", "statsig", "ide"}
+# config-dir folders never scanned for per-conversation entries: shared by every conversation of a
+# project or of the user (memory, shell-snapshots, backups: AGENTS.md), or handled on their own
+_NOT_SCANNED = frozenset({"memory", "shell-snapshots", "backups", "projects", "sessions", "plans", "plugins",
+                          "commands", "agents", "skills", "statsig", "ide"})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -64,14 +67,12 @@ def java_string_hash(s: str) -> int:
 
 
 def _base36(n: int) -> str:
-    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-    if n == 0:
-        return "0"
-    out = []
-    while n:
+    out = ""
+    while True:
         n, r = divmod(n, 36)
-        out.append(digits[r])
-    return "".join(reversed(out))
+        out = "0123456789abcdefghijklmnopqrstuvwxyz"[r] + out
+        if not n:
+            return out
 
 
 def project_folder_name(cwd: str) -> str:
@@ -134,155 +135,6 @@ def registry_entry_live(entry: dict, pid: int | None = None) -> bool:
     return True  # nothing to compare: the pid is alive, count it (fail closed)
 
 
-def _describe(pid: int) -> str:
-    try:
-        cmd = psutil.Process(pid).cmdline()
-    except psutil.Error:
-        cmd = []
-    text = shlex.join(cmd) if cmd else "claude"
-    return f"pid {pid} {text}"
-
-
-def _env_holders(cid: str) -> list[int]:
-    """Our processes whose environment says ``CLAUDE_CODE_SESSION_ID=<cid>``: the tool processes claude
-    starts (Bash, background shells) carry it, and they outlive a killed claude in their own session,
-    still writing into the conversation's temp folder."""
-    uid = os.getuid() if hasattr(os, "getuid") else None
-    me = os.getpid()
-    out = []
-    for p in psutil.process_iter(["pid", "uids"]):
-        try:
-            if p.pid == me or (uid is not None and p.info["uids"] is not None and p.info["uids"].real != uid):
-                continue
-            if p.environ().get("CLAUDE_CODE_SESSION_ID") == cid and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p.pid)
-        except (psutil.Error, OSError):
-            continue
-    return out
-
-
-# --------------------------------------------------------------------------------------------------
-# where things are, for one context
-
-@dataclass
-class _Item:
-    """One artifact: its label for reports and how to remove it."""
-
-    label: str
-    remove: Callable[[], bool]
-
-
-@dataclass
-class ClaudePaths:
-    ctx: AgentContext
-    config_dir: Path = field(init=False)
-    global_config: Path = field(init=False)
-
-    def __post_init__(self) -> None:
-        env = self.ctx.env or {}
-        custom = env.get("CLAUDE_CONFIG_DIR")
-        if custom:
-            self.config_dir = Path(self._abs(custom))
-        else:
-            self.config_dir = Path(self.ctx.home) / ".claude"
-        legacy = self.config_dir / ".config.json"
-        if legacy.exists():
-            self.global_config = legacy
-        else:
-            base = Path(self._abs(custom)) if custom else Path(self.ctx.home)
-            self.global_config = base / ".claude.json"
-
-    def _abs(self, value: str) -> str:
-        if value == "~" or value.startswith("~/"):
-            value = self.ctx.home + value[1:]
-        if not os.path.isabs(value):
-            value = os.path.join(self.ctx.cwd or self.ctx.home, value)
-        return os.path.normpath(value)
-
-    @property
-    def projects(self) -> Path:
-        return self.config_dir / "projects"
-
-    @property
-    def sessions(self) -> Path:
-        return self.config_dir / "sessions"
-
-    @property
-    def history(self) -> Path:
-        return self.config_dir / "history.jsonl"
-
-    def cwd_candidates(self) -> list[str]:
-        out = []
-        for c in (self.ctx.cwd, os.path.realpath(self.ctx.cwd) if self.ctx.cwd else ""):
-            if c and c not in out:
-                out.append(c)
-        return out
-
-    def cwd_folders(self) -> list[str]:
-        return list(dict.fromkeys(project_folder_name(c) for c in self.cwd_candidates()))
-
-    def tmp_roots(self) -> list[Path]:
-        env = self.ctx.env or {}
-        uid = os.getuid() if hasattr(os, "getuid") else 0
-        bases = []
-        for b in (env.get("CLAUDE_CODE_TMPDIR"), (env.get("TMPDIR") or "").rstrip("/") or None, "/tmp"):
-            if b and os.path.isabs(b) and b not in bases:
-                bases.append(b)
-        return [Path(b) / f"claude-{uid}" for b in bases]
-
-    def project_dirs(self, cid: str) -> list[Path]:
-        """Project folders that hold a transcript or a folder of ``cid``: the cwd's folder first,
-        then any other (a conversation purged from elsewhere, a long cwd whose hash changed)."""
-        found: list[Path] = []
-        for name in self.cwd_folders():
-            d = self.projects / name
-            if (d / f"{cid}.jsonl").exists() or (d / cid).is_dir():
-                found.append(d)
-        if self.projects.is_dir():
-            for p in sorted(self.projects.glob(f"*/{cid}.jsonl")) + sorted(self.projects.glob(f"*/{cid}")):
-                if p.parent not in found:
-                    found.append(p.parent)
-        return found
-
-    def transcript(self, cid: str) -> Path | None:
-        """The transcript claude resumes from ``ctx.cwd`` (None when it is not in the cwd's folder)."""
-        for name in self.cwd_folders():
-            p = self.projects / name / f"{cid}.jsonl"
-            if p.is_file():
-                return p
-        # a long cwd: claude also accepts any folder with the same 200-character prefix
-        for name in self.cwd_folders():
-            if len(name) > _MAX_FOLDER and self.projects.is_dir():
-                for p in self.projects.glob(f"{name[:_MAX_FOLDER]}-*/{cid}.jsonl"):
-                    return p
-        return None
-
-    def registry(self, unreadable: list[Path] | None = None) -> list[tuple[Path, dict]]:
-        """The live registry entries; files that cannot be read (caught half-written, say) are
-        read once more and then listed in ``unreadable``."""
-        out = []
-        try:
-            files = sorted(self.sessions.glob("*.json"))
-        except OSError:
-            return out
-        for f in files:
-            data = None
-            for attempt in range(2):
-                try:
-                    data = json.loads(f.read_text(encoding="utf-8"))
-                    break
-                except FileNotFoundError:
-                    break
-                except (OSError, ValueError):
-                    if attempt == 0:
-                        time.sleep(0.05)
-            if isinstance(data, dict):
-                out.append((f, data))
-            elif unreadable is not None and f.exists():
-                unreadable.append(f)
-        return out
-
-
 def _names_id(name: str, cid: str) -> bool:
     """A file or folder name that belongs to conversation ``cid`` (``<id>``, ``<id>.txt``,
     ``<id>-agent-<id>.json``, ``…_<id>.json``), not one that merely mentions it after another id."""
@@ -294,125 +146,96 @@ def _names_id(name: str, cid: str) -> bool:
     return False
 
 
-class ClaudeLock:
-    """The lock claude itself takes before it writes ``history.jsonl`` or ``.claude.json``
-    (proper-lockfile: the folder ``<file>.lock`` made with mkdir, stale after 10 s without an mtime
-    update). Held while we rewrite such a file, so a running claude of another conversation never
-    writes between our read and our rename."""
-
-    STALE = 10.0
-    TIMEOUT = 5.0
-
-    def __init__(self, target: str | os.PathLike, timeout: float | None = None):
-        self.path = f"{target}.lock"
-        self.timeout = self.TIMEOUT if timeout is None else timeout
-        self.held = False
-
-    def __enter__(self) -> "ClaudeLock":
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                os.mkdir(self.path)
-                self.held = True
-                return self
-            except FileExistsError:
-                try:
-                    if time.time() - os.stat(self.path).st_mtime > self.STALE:
-                        os.rmdir(self.path)  # what proper-lockfile does with a stale lock
-                        continue
-                except OSError:
-                    continue
-            if time.monotonic() > deadline:
-                raise OSError(f"{self.path} is held (a claude is writing the file); left as it was")
-            time.sleep(0.05)
-
-    def __exit__(self, *exc) -> None:
-        if self.held:
-            try:
-                os.rmdir(self.path)
-            except OSError:
-                pass
-            self.held = False
-
-
-def _locked(target: Path, action: Callable[[], Any], lock_path: str | os.PathLike | None = None) -> Callable[[], Any]:
-    def run() -> Any:
-        with ClaudeLock(lock_path or target):
-            return action()
-
-    return run
-
-
-def _history_match(cid: str) -> Callable[[bytes], bool]:
-    needle = cid.encode()
-
-    def match(line: bytes) -> bool:
-        if needle not in line:
-            return False
+def _read_json(path: Path) -> tuple[Any, str | None]:
+    """``(document, None)``; ``(None, None)`` when there is no file; ``(None, why)`` when it cannot be
+    read or parsed, once more after a moment (claude may be caught writing it)."""
+    why = ""
+    for attempt in range(2):
         try:
-            entry = json.loads(line)
-        except ValueError:
-            return False
-        return isinstance(entry, dict) and entry.get("sessionId") == cid
-
-    return match
-
-
-def _json_refs(obj: Any, cid: str, path: str = "") -> list[str]:
-    """JSON paths of every string value equal to ``cid``."""
-    out: list[str] = []
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            out += _json_refs(v, cid, f"{path}[{json.dumps(k)}]" if path or not k.isidentifier() else k)
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            out += _json_refs(v, cid, f"{path}[{i}]")
-    elif obj == cid:
-        out.append(path)
-    return out
+            return json.loads(path.read_bytes()), None
+        except FileNotFoundError:
+            return None, None
+        except (OSError, ValueError) as e:
+            why = getattr(e, "strerror", None) or str(e)
+            if attempt == 0:
+                time.sleep(0.05)
+    return None, why
 
 
-def _last_session_projects(obj: Any, cid: str) -> list[str]:
-    projects = obj.get("projects") if isinstance(obj, dict) else None
-    if not isinstance(projects, dict):
-        return []
-    return [k for k, v in projects.items() if isinstance(v, dict) and v.get("lastSessionId") == cid]
-
-
-def _detect_indent(text: str) -> int | str | None:
-    m = re.search(r"\n([ \t]+)\S", text)
-    if not m:
-        return None
-    ws = m.group(1)
-    return "\t" if ws.startswith("\t") else len(ws)
-
-
-def clear_last_session_id(data: bytes, cid: str) -> bytes:
-    """``data`` (a global config) without ``projects[*].lastSessionId`` where it equals ``cid``; every
-    other byte kept. The member is cut out of the text; the result is checked by parsing it; only if
-    that check fails is the document re-serialised (key order kept, indentation as the file had it)."""
-    text = data.decode("utf-8")
-    obj = json.loads(text)
-    targets = _last_session_projects(obj, cid)
-    if not targets:
-        return data
-    expected = json.loads(text)
-    for k in targets:
-        del expected["projects"][k]["lastSessionId"]
-    value = re.escape(json.dumps(cid))
-    new = re.sub(r',\s*"lastSessionId"\s*:\s*' + value + r'(?=\s*[,}])', "", text)
-    new = re.sub(r'"lastSessionId"\s*:\s*' + value + r'\s*,\s*', "", new)
-    new = re.sub(r'"lastSessionId"\s*:\s*' + value + r'\s*(?=})', "", new)
+def _listdir(folder: Path) -> list[Path]:
     try:
-        if json.loads(new) == expected:
-            return new.encode("utf-8")
-    except ValueError:
-        pass
-    indent = _detect_indent(text)
-    out = json.dumps(expected, indent=indent, ensure_ascii=False)
-    if text.endswith("\n"):
-        out += "\n"
-    return out.encode("utf-8")
+        return sorted(folder.iterdir())
+    except OSError:
+        return []
+
+
+def _json_refs(obj: Any, cid: str, path: tuple = ()) -> list[tuple]:
+    """The key paths of every value equal to ``cid``."""
+    if isinstance(obj, dict):
+        items: Iterable = obj.items()
+    elif isinstance(obj, list):
+        items = enumerate(obj)
+    else:
+        return [path] if obj == cid else []
+    return [ref for k, v in items for ref in _json_refs(v, cid, (*path, k))]
+
+
+# --------------------------------------------------------------------------------------------------
+# where things are, for one context
+
+class ClaudePaths:
+    """claude's files for one context (its HOME, environment and cwd)."""
+
+    def __init__(self, ctx: AgentContext):
+        self.ctx = ctx
+        custom = (ctx.env or {}).get("CLAUDE_CONFIG_DIR")
+        base = ctx.resolve(custom) if custom else Path(ctx.home)  # ~ is the agent's HOME
+        self.config_dir = base if custom else base / ".claude"
+        legacy = self.config_dir / ".config.json"
+        self.global_config = legacy if legacy.exists() else base / ".claude.json"
+        self.projects = self.config_dir / "projects"
+        self.sessions = self.config_dir / "sessions"
+        self.history = self.config_dir / "history.jsonl"
+
+    def cwd_folders(self) -> list[str]:
+        cwd = self.ctx.cwd
+        return list(dict.fromkeys(project_folder_name(c) for c in (cwd, os.path.realpath(cwd) if cwd else "") if c))
+
+    def tmp_roots(self) -> list[Path]:
+        env = self.ctx.env or {}
+        uid = os.getuid() if hasattr(os, "getuid") else 0
+        bases = [env.get("CLAUDE_CODE_TMPDIR"), (env.get("TMPDIR") or "").rstrip("/") or None, "/tmp"]
+        return [Path(b) / f"claude-{uid}" for b in dict.fromkeys(bases) if b and os.path.isabs(b)]
+
+    def project_dirs(self, cid: str) -> list[Path]:
+        """Project folders that hold a transcript or a folder of ``cid``: the cwd's folder first,
+        then any other (a conversation purged from elsewhere, a long cwd whose hash changed)."""
+        found = [self.projects / n for n in self.cwd_folders()
+                 if (self.projects / n / f"{cid}.jsonl").exists() or (self.projects / n / cid).is_dir()]
+        for p in sorted(self.projects.glob(f"*/{cid}.jsonl")) + sorted(self.projects.glob(f"*/{cid}")):
+            if p.parent not in found:
+                found.append(p.parent)
+        return found
+
+    def transcript(self, cid: str) -> Path | None:
+        """The transcript claude resumes from ``ctx.cwd`` (None when it is not in the cwd's folder)."""
+        here = [self.projects / n / f"{cid}.jsonl" for n in self.cwd_folders()]
+        # a long cwd: claude also accepts any folder with the same 200-character prefix
+        here += [p for n in self.cwd_folders() if len(n) > _MAX_FOLDER
+                 for p in sorted(self.projects.glob(f"{n[:_MAX_FOLDER]}-*/{cid}.jsonl"))]
+        return next((p for p in here if p.is_file()), None)
+
+    def registry(self, unreadable: list[Path] | None = None) -> list[tuple[Path, dict]]:
+        """The live registry entries; files that cannot be read (caught half-written, say) are
+        read once more and then listed in ``unreadable``."""
+        out = []
+        for f in sorted(self.sessions.glob("*.json")):
+            data, _why = _read_json(f)
+            if isinstance(data, dict):
+                out.append((f, data))
+            elif unreadable is not None and f.exists():
+                unreadable.append(f)
+        return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -428,14 +251,8 @@ class ClaudeAgent(muxhost.Agent):
     exit_text = "/exit"
     id_pattern = UUID_PATTERN
 
-    # -- helpers
-    @staticmethod
-    def binary(ctx: AgentContext) -> str:
-        return (ctx.config or {}).get("binary") or shutil.which("claude", path=(ctx.env or {}).get("PATH")) or "claude"
-
-    @staticmethod
-    def paths(ctx: AgentContext) -> ClaudePaths:
-        return ClaudePaths(ctx)
+    def binary(self, ctx: AgentContext) -> str:
+        return ctx.find_binary("claude", self.install_hint)
 
     # -- start
     def launch(self, ctx: AgentContext) -> Launch:
@@ -456,14 +273,13 @@ class ClaudeAgent(muxhost.Agent):
 
         if not ctx.cwd or not os.path.isdir(ctx.cwd):
             raise NotFound(f"cannot resume claude conversation {conversation_id}: its cwd {ctx.cwd or '(unknown)'} no longer exists")
-        paths = self.paths(ctx)
+        paths = ClaudePaths(ctx)
         if paths.transcript(conversation_id) is None:
-            elsewhere = paths.project_dirs(conversation_id)
-            if elsewhere and any((d / f"{conversation_id}.jsonl").is_file() for d in elsewhere):
-                where = _transcript_cwd(next(d / f"{conversation_id}.jsonl" for d in elsewhere
-                                             if (d / f"{conversation_id}.jsonl").is_file()))
-                raise NotFound(f"claude conversation {conversation_id} belongs to {where or 'another directory'}, "
-                               f"not {ctx.cwd}")
+            elsewhere = [t for d in paths.project_dirs(conversation_id)
+                         if (t := d / f"{conversation_id}.jsonl").is_file()]
+            if elsewhere:
+                raise NotFound(f"claude conversation {conversation_id} belongs to "
+                               f"{_transcript_cwd(elsewhere[0]) or 'another directory'}, not {ctx.cwd}")
             raise NotFound(f"claude conversation {conversation_id} has no transcript in {ctx.expand(paths.projects)} "
                            "(nothing was said in it, or it was purged)")
         extra = _without_conversation_options(list(ctx.args or ()))
@@ -471,182 +287,121 @@ class ClaudeAgent(muxhost.Agent):
 
     # -- follow
     def discover(self, ctx: AgentContext) -> str | None:
-        paths = self.paths(ctx)
-        claimed = set(ctx.claimed or ())
+        sessions, claimed = ClaudePaths(ctx).sessions, set(ctx.claimed or ())
         for pid in ctx.pids or ():
-            f = paths.sessions / f"{int(pid)}.json"
-            try:
-                entry = json.loads(f.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            if not isinstance(entry, dict) or str(entry.get("pid", pid)) != str(pid):
-                continue
-            if not registry_entry_live(entry, pid):
-                continue
-            sid = entry.get("sessionId")
-            if self.valid_id(sid) and sid not in claimed:
-                return sid
+            entry, _why = _read_json(sessions / f"{int(pid)}.json")
+            if isinstance(entry, dict) and str(entry.get("pid", pid)) == str(pid) and registry_entry_live(entry, pid):
+                sid = entry.get("sessionId")
+                if self.valid_id(sid) and sid not in claimed:
+                    return sid
         if ctx.conversation_id and ctx.conversation_id not in claimed:
             return ctx.conversation_id
         return None
 
     def exists(self, ctx: AgentContext, conversation_id: str) -> bool:
-        paths = self.paths(ctx)
+        paths = ClaudePaths(ctx)
         if ctx.cwd:
             return paths.transcript(conversation_id) is not None
-        return bool(paths.projects.is_dir() and any(paths.projects.glob(f"*/{conversation_id}.jsonl")))
+        return any(paths.projects.glob(f"*/{conversation_id}.jsonl"))
 
     # -- guard
     def in_use(self, ctx: AgentContext, conversation_id: str) -> list[str]:
-        from muxhost.procs import argv_holders
+        """A live registry file naming the id (an unreadable one of a live pid counts: fail closed), a process
+        with ``CLAUDE_CODE_SESSION_ID=<id>`` (claude's tools, which outlive it), one whose argv names the id."""
+        from muxhost.kit import holders
 
-        holders: dict[int, str] = {}
+        table = ctx.process_table()
+
+        def describe(pid: int) -> str:
+            p = table.get(pid)
+            return p.describe() if p is not None else f"pid {pid} claude"
+
+        found: dict[object, str] = {}
         unreadable: list[Path] = []
-        for f, entry in self.paths(ctx).registry(unreadable):
-            if entry.get("sessionId") != conversation_id:
-                continue
-            try:
-                pid = int(entry.get("pid") or f.stem)
-            except ValueError:
-                continue
-            if registry_entry_live(entry, pid):
-                holders[pid] = _describe(pid)
-        for f in unreadable:  # fail closed: a running claude whose registry we cannot read may hold it
-            if f.stem.isdigit() and psutil.pid_exists(int(f.stem)):
-                holders.setdefault(int(f.stem), _describe(int(f.stem)) + f" (its registry {ctx.expand(f)} cannot be read)")
-        for pid in _env_holders(conversation_id):
-            holders.setdefault(pid, _describe(pid) + " (a tool process of the conversation)")
-        for line in argv_holders(conversation_id):
-            m = re.match(r"pid (\d+)", line)
-            pid = int(m.group(1)) if m else -1
-            holders.setdefault(pid, line)
-        return list(holders.values())
+        for f, entry in ClaudePaths(ctx).registry(unreadable):
+            pid = _int(entry.get("pid") or f.stem)
+            if entry.get("sessionId") == conversation_id and pid and registry_entry_live(entry, pid):
+                found[pid] = describe(pid)
+        for f in unreadable:
+            pid = _int(f.stem)
+            if pid and psutil.pid_exists(pid):
+                found.setdefault(pid, describe(pid) + f" (its registry {ctx.expand(f)} cannot be read)")
+        for line in holders.holders(ctx, conversation_id, env_vars=("CLAUDE_CODE_SESSION_ID",)):
+            found.setdefault(_int(line.split()[1]) if line.startswith("pid ") else line, line)
+        return list(found.values())
 
-    # -- purge
-    def _items(self, ctx: AgentContext, cid: str) -> list[_Item]:
-        paths = self.paths(ctx)
-        items: list[_Item] = []
-        seen: set[str] = set()
+    # -- purge: a typed plan the host carries out
+    def roots(self, ctx: AgentContext) -> list[Path]:
+        """The config dir, the tmp folders, and the global config and ``history.jsonl`` themselves
+        (the host resolves symlinks: a dotfile's target, wherever it is, is then inside)."""
+        paths = ClaudePaths(ctx)
+        shared = [p for p in (paths.global_config, paths.history) if p.is_file()]
+        return [*super().roots(ctx), paths.config_dir, *shared, *paths.tmp_roots()]
 
-        def add_path(p: Path) -> None:
-            key = os.path.abspath(p)
-            if key in seen or not os.path.lexists(p):
-                return
-            seen.add(key)
-            label = ctx.expand(p) + ("/" if p.is_dir() and not p.is_symlink() else "")
-            items.append(_Item(label, lambda p=p: fsutil.remove(p)))
+    def artifacts(self, ctx: AgentContext, conversation_id: str) -> list:
+        cid, paths = conversation_id, ClaudePaths(ctx)
+        out: list = []
 
-        # the transcript and its folder (sub-agents, tool results), in every project folder that has them
+        def named(p: Path) -> None:  # a file, symlink or folder named for the conversation
+            out.append(Dir(p) if p.is_dir() and not p.is_symlink() else File(p))
+
+        # the transcript, its folder (sub-agents, tool results) and anything else named for it, in
+        # every project folder that has them
         folders = paths.project_dirs(cid)
         for d in folders:
-            add_path(d / f"{cid}.jsonl")
-            add_path(d / cid)
-            try:  # anything else named for it there (a temp or backup copy of the transcript)
-                extra = sorted(e for e in d.iterdir() if _names_id(e.name, cid) and e.name != "memory")
-            except OSError:
-                extra = []
-            for e in extra:
-                add_path(e)
-        # per-conversation folders and files in the config dir (file-history, tasks, session-env,
-        # uploads, debug, todos, …): any entry one or two levels down named for the id
-        cfg = paths.config_dir
-        if cfg.is_dir():
-            for top in sorted(cfg.iterdir()):
-                if top.name in _NOT_SCANNED:
-                    continue
-                if _names_id(top.name, cid):
-                    add_path(top)
-                elif top.is_dir() and not top.is_symlink():
-                    try:
-                        children = sorted(top.iterdir())
-                    except OSError:
-                        continue
-                    for child in children:
-                        if _names_id(child.name, cid):
-                            add_path(child)
-            # debug/latest is a symlink to the newest debug log: it goes with that log
-            latest = cfg / "debug" / "latest"
-            if latest.is_symlink() and _names_id(os.path.basename(os.readlink(latest)), cid):
-                add_path(latest)
-        # /tmp/claude-<uid>/<folder>/<id>/ (background task outputs, sub-agent outputs)
+            for e in _listdir(d):
+                if _names_id(e.name, cid):
+                    named(e)
+        # per-conversation entries one or two levels down in the config dir (file-history, tasks,
+        # session-env, uploads, debug, todos, …)
+        for top in _listdir(paths.config_dir):
+            if top.name in _NOT_SCANNED:
+                continue
+            if _names_id(top.name, cid):
+                named(top)
+            elif top.is_dir() and not top.is_symlink():
+                for child in _listdir(top):
+                    if _names_id(child.name, cid):
+                        named(child)
+        latest = paths.config_dir / "debug" / "latest"  # a symlink to the newest debug log: it goes with it
+        if latest.is_symlink() and _names_id(os.path.basename(os.readlink(latest)), cid):
+            out.append(File(latest))
+        # <tmp>/claude-<uid>/<folder>/<id>/ (background task and sub-agent outputs)
         names = list(dict.fromkeys([d.name for d in folders] + paths.cwd_folders()))
         for root in paths.tmp_roots():
-            if not root.is_dir():
-                continue
-            for name in names:
-                add_path(root / name / cid)
-            for p in sorted(root.glob(f"*/{cid}")):
-                add_path(p)
-        # stale registry files naming the id (a live one means in use: purge never gets here)
-        for f, entry in paths.registry():
-            if entry.get("sessionId") == cid and not registry_entry_live(entry, _int(f.stem)):
-                add_path(f)
-        # history.jsonl lines
+            out += [Dir(root / n / cid) for n in names] + [Dir(p) for p in sorted(root.glob(f"*/{cid}"))]
+        # stale registry files naming the id (a live one means in use: the host refuses before this)
+        out += [File(f) for f, e in paths.registry()
+                if e.get("sessionId") == cid and not registry_entry_live(e, _int(f.stem))]
+        # the shared files, rewritten in place under claude's own lock (of the file's realpath)
         hist = paths.history
-        if hist.is_file():
-            match = _history_match(cid)
-            try:
-                n = sum(1 for line in hist.read_bytes().splitlines() if match(line))
-            except OSError:
-                n = 0
-            if n:
-                # claude locks the realpath of history.jsonl
-                items.append(_Item(f"{ctx.expand(hist)}: {n} line{'s' if n != 1 else ''}",
-                                   _locked(hist, lambda: fsutil.drop_lines(os.path.realpath(hist), match) > 0,
-                                           os.path.realpath(hist))))
-        # lastSessionId in the global config (and, reported only, any other mention of the id)
+        out.append(Lines(hist, key="sessionId", value=cid, lock=MkdirLock(os.path.realpath(hist) + ".lock")))
         gc = paths.global_config
-        if gc.is_file():
-            try:
-                obj = json.loads(gc.read_bytes())
-            except (OSError, ValueError):
-                obj = None
-            if obj is not None:
-                last = _last_session_projects(obj, cid)
-                for proj in last:
-                    items.append(_Item(f"{ctx.expand(gc)}: lastSessionId of {proj}",
-                                       _locked(gc, lambda: fsutil.rewrite(os.path.realpath(gc),  # a symlinked dotfile stays a symlink
-                                                                          lambda b: clear_last_session_id(b, cid)))))
-                for ref in _json_refs(obj, cid):
-                    if any(ref == f"projects[{json.dumps(p)}][\"lastSessionId\"]" for p in last):
-                        continue
-                    items.append(_Item(f"{ctx.expand(gc)}: {ref}", lambda: False))
-        return items
-
-    def artifacts(self, ctx: AgentContext, conversation_id: str) -> list[str]:
-        return [i.label for i in self._items(ctx, conversation_id)]
-
-    def purge(self, ctx: AgentContext, conversation_id: str) -> list[str]:
-        removed: list[str] = []
-        done_global = False
-        for item in self._items(ctx, conversation_id):
-            if ": lastSessionId of " in item.label:
-                # one rewrite clears every project's lastSessionId naming the id
-                if done_global:
-                    removed.append(item.label)
-                    continue
-                done_global = True
-            try:
-                if item.remove():
-                    removed.append(item.label)
-            except OSError as e:
-                ctx.notes.append(f"could not remove {item.label}: {e}")
-        backups = self.paths(ctx).config_dir / "backups"
-        needle = conversation_id.encode()
-        try:
-            named = [b for b in backups.iterdir() if b.is_file() and needle in b.read_bytes()]
-        except OSError:
-            named = []
-        if named:
-            ctx.notes.append(f"kept {ctx.expand(backups)}/ (shared): {len(named)} old copies of .claude.json there "
-                             "still name this conversation; claude keeps at most 5 and rotates them out")
-        return removed
+        doc, why = _read_json(gc)
+        if why:
+            out.append(Leftover(gc, f"could not be read: {why}"))
+        lock = MkdirLock(os.path.realpath(gc) + ".lock")
+        for ref in _json_refs(doc, cid):
+            if len(ref) == 3 and ref[0] == "projects" and ref[2] == "lastSessionId" and isinstance(ref[1], str):
+                out.append(JsonMember(gc, ref, equals=cid, lock=lock))
+            else:  # another mention: reported, never guessed at
+                out.append(Leftover(gc, "".join(f"[{json.dumps(k)}]" for k in ref) + " names the conversation"))
+        # backups/ is shared (claude's own copies of the global config): said, never touched
+        backups, copies = paths.config_dir / "backups", 0
+        for b in _listdir(backups):
+            with contextlib.suppress(OSError):
+                copies += b.is_file() and cid.encode() in b.read_bytes()
+        note = (f"kept {ctx.expand(backups)}/ (shared): {copies} old copies of the global config there still "
+                "name this conversation; claude keeps at most 5 and rotates them out")
+        if copies and note not in ctx.notes:  # (artifacts is asked again for the residual)
+            ctx.notes.append(note)
+        return out
 
 
-def _int(s: str) -> int | None:
+def _int(value: object) -> int | None:
     try:
-        return int(s)
-    except ValueError:
+        return int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
         return None
 
 
@@ -681,18 +436,13 @@ def _without_conversation_options(args: list[str]) -> list[str]:
 
 
 def _transcript_cwd(path: Path) -> str | None:
+    from muxhost.kit import jsonl
+
     try:
-        with open(path, "rb") as f:
-            for line in f:
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(entry, dict) and isinstance(entry.get("cwd"), str):
-                    return entry["cwd"]
+        lines = jsonl.matching_lines(path, lambda entry: isinstance(entry.get("cwd"), str))
     except OSError:
-        pass
-    return None
+        return None
+    return json.loads(lines[0])["cwd"] if lines else None
 
 
 @muxhost.hookimpl

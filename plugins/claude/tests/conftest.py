@@ -22,6 +22,7 @@ API_KEY = "sk-ant-muxhost-test-key-0123456789abcdef"
 MAKE_STUFF = "MUXHOST_MAKE_STUFF"
 SUBAGENT_PROMPT = "MUXHOST_SUBAGENT_WORK"
 BACKGROUND = "MUXHOST_BACKGROUND"
+SPAWN_CHILD = "MUXHOST_SPAWN_CHILD"
 CREATED_FILE = "made-by-claude.txt"
 SUB_FILE = "made-by-subagent.txt"
 
@@ -60,6 +61,9 @@ class FakeAnthropic:
     - a turn whose prompt contains ``MUXHOST_MAKE_STUFF`` calls, one per response: ``Write`` (a file in
       the cwd), the task tool (``TaskCreate`` when offered, else ``TodoWrite``), the sub-agent tool
       (``Agent`` or ``Task``), then answers "all done";
+    - a turn whose prompt is ``MUXHOST_SPAWN_CHILD <text reversed>`` runs a sub-agent whose prompt holds
+      the text (the right way round: only the sub-agent's files and the call itself hold it), then
+      answers "child done";
     - anything else (titles, plain prompts) gets a short text answer.
 
     Every request body is kept in ``self.requests`` (for the tests and for debugging).
@@ -204,6 +208,13 @@ class FakeAnthropic:
                 return tool("Bash", {"command": "sleep 300", "description": "sleep in the background",
                                      "run_in_background": True})
             return [{"type": "text", "text": "background started"}], "end_turn"
+        agent_tool = "Agent" if "Agent" in tools else ("Task" if "Task" in tools else None)
+        if SPAWN_CHILD in last_prompt and agent_tool:
+            if steps_done == 0:
+                text = last_prompt.split(SPAWN_CHILD, 1)[1].split("\n")[0].strip()[::-1]
+                return tool(agent_tool, {"description": "muxhost child", "subagent_type": "general-purpose",
+                                         "prompt": f"{SUBAGENT_PROMPT}: {text}"})
+            return [{"type": "text", "text": "child done"}], "end_turn"
         if MAKE_STUFF in last_prompt:
             plan = []
             if cwd:
@@ -214,7 +225,6 @@ class FakeAnthropic:
             elif "TodoWrite" in tools:
                 plan.append(("TodoWrite", {"todos": [{"content": "muxhost test task", "status": "in_progress",
                                                       "activeForm": "Making a task"}]}))
-            agent_tool = "Agent" if "Agent" in tools else ("Task" if "Task" in tools else None)
             if agent_tool:
                 plan.append((agent_tool, {"description": "muxhost sub-agent", "subagent_type": "general-purpose",
                                           "prompt": f"{SUBAGENT_PROMPT}: write a file"}))
@@ -307,16 +317,17 @@ class ClaudeWorld:
         """Seed HOME (or ``config_dir``, a ``CLAUDE_CONFIG_DIR``) so the TUI starts without questions."""
         seed_home(self.home, [str(self.work)], config_dir=config_dir)
 
-    def quiet_hash(self, *roots, settle: float = 1.0, timeout: float = 20.0) -> dict[str, str]:
-        """A tree hash once nothing has changed for ``settle`` seconds (a running claude appends to
-        its transcript a moment after a turn ends)."""
+    def quiet_hash(self, *roots, settle: float = 1.0, timeout: float = 20.0,
+                   skip: tuple[str, ...] = ()) -> dict[str, str]:
+        """A tree hash (without paths containing one of ``skip``) once nothing has changed for ``settle``
+        seconds (a running claude appends to its transcript a moment after a turn ends)."""
         import time
 
         deadline = time.monotonic() + timeout
-        last = tree_hash(*roots)
+        last = tree_hash(*roots, skip=skip)
         while True:
             time.sleep(settle)
-            now = tree_hash(*roots)
+            now = tree_hash(*roots, skip=skip)
             if now == last or time.monotonic() > deadline:
                 return now
             last = now
@@ -344,17 +355,31 @@ class ClaudeWorld:
 
     def say(self, pane: str, text: str, expect: str, timeout: float = 60) -> str:
         """Type a prompt; wait until the fake model has given the turn's last answer (``expect``) and
-        the screen shows it."""
+        the screen shows it. The text is typed, seen in the input box, then sent with Enter, and Enter
+        is pressed again while no request carries it (a busy TUI may drop a key as it starts)."""
         from muxhost.testing import wait_for
 
-        seen = len(self.server.turns)
+        seen, asked_before = len(self.server.turns), len(self.server.requests)
 
         def answered():
             with self.server.lock:
                 new = self.server.turns[seen:]
             return any(text in t["prompt"] and expect in t["text"] for t in new)
 
-        self.mux.type(pane, text)
+        def asked():
+            with self.server.lock:
+                new = self.server.requests[asked_before:]
+            return any(text in json.dumps(r["body"].get("messages"), ensure_ascii=False) for r in new)
+
+        self.mux.type(pane, text, enter=False)
+        self.mux.wait_screen(pane, text, timeout=timeout)
+        for _ in range(3):  # (Enter in an empty input box does nothing)
+            self.mux.type(pane, "", enter=True, pause=0)
+            try:
+                wait_for(asked, timeout=5, what=f"a request carrying {text!r}")
+                break
+            except AssertionError:
+                continue
         wait_for(answered, timeout=timeout, what=f"the answer {expect!r} to {text!r}")
         return self.mux.wait_screen(pane, expect, timeout=timeout)
 

@@ -2,6 +2,8 @@
 
 Needs the ``claude`` CLI (``.ci/run`` installs it; ``$MUXHOST_AGENT_BIN_DIR``): in CI a missing binary
 fails, elsewhere these tests skip and say why. The model is the fake server of conftest.py.
+What every plugin must do (launch, stop, resume, purge while running, dry run, purge, neighbour, bad
+id, in use outside muxhost, sub-agents) is test_claude_contract.py; here is what is claude's own.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 from muxhost.testing import wait_for
-from muxhost_claude import ClaudeAgent, clear_last_session_id, project_folder_name
+from muxhost_claude import ClaudeAgent, project_folder_name
 
 # the words conftest.FakeAnthropic reacts to (conftest is not importable by name)
 MAKE_STUFF = "MUXHOST_MAKE_STUFF"
@@ -58,7 +60,15 @@ def test_folder_encoding_matches_the_binary(claude_world, tmp_path):
     assert "----" in project_folder_name(str(cwds[1]))  # one dash per UTF-16 unit: 😀 is two
 
 
+def _plan(mux, cid: str) -> list[str]:
+    return mux.ok("purge", "--agent", "claude", "--conversation", cid, "--dry-run", "--json")["plan"]
+
+
 def test_scenario(claude_world):
+    """What the contract suite (test_claude_contract.py) does not check: the id launch chooses is the one
+    claude uses; a turn that writes a file, makes a task and runs a sub-agent lays its files out where
+    the plan looks; ``/clear`` is followed; both ids are refused while the pane runs one of them; the
+    purge rewrites history.jsonl and .claude.json minus exactly our lines and members; nothing else moves."""
     w = claude_world
     mux = w.mux
     agent = ClaudeAgent()
@@ -68,7 +78,7 @@ def test_scenario(claude_world):
     # a second conversation in the same cwd, made first: it must come through the purge untouched
     other_id = w.one_turn(cwd, "hello other", FAKE_REPLY)["conversation_id"]
 
-    # 1. launch: the record knows its conversation from the first second
+    # 1. launch: the record knows its conversation from the first second, and claude uses that id
     rec = w.launch(cwd)
     ref, id1 = rec["id"], rec["conversation_id"]
     assert agent.valid_id(id1) and id1 != other_id
@@ -89,61 +99,47 @@ def test_scenario(claude_world):
     held = agent.in_use(w.ctx(cwd), id1)
     assert held and all(h.startswith("pid ") for h in held)
 
-    # 3. stop: a clean /exit
-    stopped = mux.ok("stop", ref, "--json")
-    assert stopped["outcome"] == "exit", stopped
-    assert agent.in_use(w.ctx(cwd), id1) == []
-    assert not list((w.config_dir / "sessions").glob("*.json")), "a clean exit removes the registry file"
-    lines_before = len((folder / f"{id1}.jsonl").read_bytes().splitlines())
-
-    # 4. resume: same record, same conversation, the same transcript grows
-    mux.ok("resume", ref, "--json")
-    live = w.record(ref)
-    assert live["state"] == "running" and live["conversation_id"] == id1
-    w.wait_ready(live["pane"])
-    w.say(live["pane"], "hello again", FAKE_REPLY)
-    wait_for(lambda: len((folder / f"{id1}.jsonl").read_bytes().splitlines()) > lines_before, timeout=30, what="transcript grows")
-    assert len(list(folder.glob("*.jsonl"))) == 2  # no new conversation: other + id1
-
-    # 5. /clear: the record follows the new conversation
-    mux.type(live["pane"], "/clear")
+    # 3. /clear: the record follows the new conversation
+    mux.type(rec["pane"], "/clear")
     id2 = wait_for(lambda: (lambda r: r["conversation_id"] if r["conversation_id"] != id1 else None)(
         next(r for r in mux.ok("ls", "--json") if r["id"] == ref)), timeout=30, what="ls follows /clear")
     assert agent.valid_id(id2) and id2 not in (id1, other_id)
-    w.say(live["pane"], "after clear", FAKE_REPLY)
+    w.say(rec["pane"], "after clear", FAKE_REPLY)
     assert (folder / f"{id2}.jsonl").is_file()
 
-    # 6. purge while running: exit 4 and nothing touched (a hash of every file)
+    # 4. purge while running: exit 4 and nothing touched, for id1 too (only the pane's argv names it now)
+    # (.claude.json: the running claude rewrites its UI state there when it likes, e.g. some seconds after
+    # /clear; what a purge would take from it, the lastSessionId, is compared instead)
     roots = [w.home, w.work, w.tmpdir]
-    before = w.quiet_hash(*roots)
+    gcfg = w.home / ".claude.json"
+    before = w.quiet_hash(*roots, skip=(".claude.json",))
+    last = json.loads(gcfg.read_bytes())["projects"][str(cwd)]["lastSessionId"]
     for args in (("purge", ref, "--yes", "--json"),
                  ("purge", "--agent", "claude", "--conversation", id2, "--yes", "--json"),
                  ("purge", "--agent", "claude", "--conversation", id1, "--yes", "--json")):
         r = mux.run(*args)
         assert r.rc == 4, (args, r)
         assert r.err.startswith("muxhost:") and "\n" not in r.err.strip(), r.err
-    assert w.tree_hash(*roots) == before
-
-    # 7. stop
+    assert w.tree_hash(*roots, skip=(".claude.json",)) == before
+    assert json.loads(gcfg.read_bytes())["projects"][str(cwd)]["lastSessionId"] == last
     assert mux.ok("stop", ref, "--json")["outcome"] == "exit"
 
     # what must survive, byte for byte: the other conversation and the shared files
     ours = (id1, id2)
     keep_before = w.tree_hash(*roots, skip=ours + ("history.jsonl", ".claude.json"))
     hist = w.config_dir / "history.jsonl"
-    gcfg = w.home / ".claude.json"
     hist_before, gcfg_before = hist.read_bytes(), gcfg.read_bytes()
     assert json.loads(gcfg_before)["projects"][str(cwd)]["lastSessionId"] in ours
-    plan1 = agent.artifacts(w.ctx(cwd), id1)
-    plan2 = agent.artifacts(w.ctx(cwd), id2)
+    plan1, plan2 = _plan(mux, id1), _plan(mux, id2)
     for plan, cid in ((plan1, id1), (plan2, id2)):
         assert f"~/.claude/projects/{enc}/{cid}.jsonl" in plan
         assert any(p.startswith("~/.claude/history.jsonl: ") for p in plan)
     assert f"~/.claude/projects/{enc}/{id1}/" in plan1
     assert f"~/.claude/tasks/{id1}/" in plan1
     assert f"{w.tmpdir}/claude-{os.getuid()}/{enc}/{id1}/" in plan1
+    assert f"~/.claude.json: projects[{json.dumps(str(cwd))}].lastSessionId" in plan1 + plan2
 
-    # 8. purge the record (its conversation now: id2), then the first one by id from elsewhere
+    # 5. purge the record (its conversation now: id2), then the first one by id from elsewhere
     rep2 = mux.ok("purge", ref, "--yes", "--json")
     assert rep2["conversation_id"] == id2 and rep2["complete"] is True and rep2["residual"] == [], rep2
     assert sorted(rep2["removed"]) == sorted(rep2["plan"]) and rep2["plan"]
@@ -151,20 +147,19 @@ def test_scenario(claude_world):
     assert rep1["conversation_id"] == id1 and rep1["complete"] is True and rep1["residual"] == [], rep1
     assert sorted(rep1["removed"]) == sorted(rep1["plan"])
     assert set(plan1) <= set(rep1["plan"])
-    # gone means gone: again is "not found"
-    assert mux.run("purge", "--agent", "claude", "--conversation", id1, "--yes", "--json").rc == 3
+    for cid in ours:  # gone means gone: again is "not found"
+        assert mux.run("purge", "--agent", "claude", "--conversation", cid, "--dry-run").rc == 3
+        assert not agent.exists(w.ctx(cwd), cid)
 
     # every artifact of both ids is gone (backups/ is shared: claude's own copies of .claude.json)
     assert _paths_naming(w.home, *ours) == []
     assert _paths_naming(w.tmpdir, *ours) == []
-    for cid in ours:
-        assert agent.artifacts(w.ctx(cwd), cid) == []
-        assert not agent.exists(w.ctx(cwd), cid)
-        for dirpath, dirs, files in os.walk(w.home):
-            if "/backups" in dirpath:
-                continue
-            for f in files:
-                assert cid.encode() not in Path(dirpath, f).read_bytes(), os.path.join(dirpath, f)
+    for dirpath, dirs, files in os.walk(w.home):
+        if "/backups" in dirpath:
+            continue
+        for f in files:
+            data = Path(dirpath, f).read_bytes()
+            assert id1.encode() not in data and id2.encode() not in data, os.path.join(dirpath, f)
 
     # ...and nothing else moved
     assert w.tree_hash(*roots, skip=ours + ("history.jsonl", ".claude.json")) == keep_before
@@ -172,7 +167,6 @@ def test_scenario(claude_world):
                          if json.loads(line).get("sessionId") not in ours)
     assert hist.read_bytes() == want_hist
     assert any(json.loads(line)["sessionId"] == other_id for line in want_hist.splitlines())
-    assert gcfg.read_bytes() == clear_last_session_id(clear_last_session_id(gcfg_before, id1), id2)
     # byte for byte: the file claude wrote, minus exactly the one member
     member = re.compile(rb',\n[ ]*"lastSessionId": "(%s|%s)"' % (id1.encode(), id2.encode()))
     assert len(member.findall(gcfg_before)) == 1
@@ -228,7 +222,7 @@ def test_in_session_resume_kill_and_gone_cwd(claude_world):
     mux.run("stop", rec["id"], "--json")  # the ladder ends the record's stray processes too
     wait_for(lambda: not shells[0].is_running() or shells[0].status() == psutil.STATUS_ZOMBIE, timeout=30, what="shell ended")
     assert agent.in_use(w.ctx(cwd), a) == []
-    assert f"~/.claude/sessions/{pid}.json" in agent.artifacts(w.ctx(cwd), a)
+    assert f"~/.claude/sessions/{pid}.json" in _plan(mux, a)
 
     # the cwd is gone: resume is "not found", and says why
     gone = w.work / "second-moved"
@@ -267,7 +261,7 @@ def test_claude_config_dir(claude_world, tmp_path):
 
     plan = mux.ok("purge", rec["id"], "--dry-run", "--json")["plan"]
     assert f"{cfg}/projects/{enc}/{cid}.jsonl" in plan
-    assert f"{cfg}/.claude.json: lastSessionId of {cwd}" in plan
+    assert f"{cfg}/.claude.json: projects[{json.dumps(str(cwd))}].lastSessionId" in plan
     rep = mux.ok("purge", rec["id"], "--yes", "--json")
     assert rep["complete"] is True and sorted(rep["removed"]) == sorted(rep["plan"]), rep
     assert _paths_naming(cfg, cid) == []

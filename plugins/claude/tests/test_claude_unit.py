@@ -14,10 +14,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from muxhost import AgentContext
+from muxhost import AgentContext, plans
+from muxhost.artifacts import JsonMember, MkdirLock
 from muxhost.errors import NotFound
-from muxhost_claude import (ClaudeAgent, clear_last_session_id, java_string_hash, project_folder_name,
-                            registry_entry_live)
+from muxhost.testing import wait_for
+from muxhost_claude import ClaudeAgent, java_string_hash, project_folder_name, registry_entry_live
 
 # fresh ids per run: a concurrent run of these tests (whose sleeper names its A in argv) is no holder here
 A = str(uuid.uuid4())
@@ -29,8 +30,39 @@ def agent():
     return ClaudeAgent()
 
 
+@pytest.fixture(scope="module")
+def bin_dir(tmp_path_factory) -> str:
+    """A folder with an executable ``claude`` (launch and resume name the binary they find)."""
+    d = tmp_path_factory.mktemp("bin")
+    (d / "claude").write_text("#!/bin/sh\n")
+    (d / "claude").chmod(0o755)
+    return str(d)
+
+
+@pytest.fixture(autouse=True)
+def _path(bin_dir, monkeypatch):
+    monkeypatch.setenv("PATH", bin_dir + os.pathsep + os.environ.get("PATH", os.defpath))
+
+
 def _ctx(home: Path, cwd: Path | str, **kw) -> AgentContext:
     return AgentContext(home=str(home), env=kw.pop("env", {}), cwd=str(cwd), **kw)
+
+
+def plan(agent, ctx, cid) -> list[str]:
+    """What the host builds from the typed artifacts: each checked (roots, …), kept when there, labelled."""
+    members = plans.family(agent, ctx, cid)
+    return plans.labels(plans.build(agent, ctx, members, {m: agent.artifacts(ctx, m) for m in members}))
+
+
+def purge(agent, ctx, cid) -> list[str]:
+    """What the host does with the plan: carry it out in its fixed order, then ask again (the residual)."""
+    members = plans.family(agent, ctx, cid)
+    plans.carry_out(plans.build(agent, ctx, members, {m: agent.artifacts(ctx, m) for m in members}), ctx, ctx.notes)
+    return plan(agent, ctx, cid)
+
+
+def _last(path: str) -> str:
+    return f'projects[{json.dumps(path)}].lastSessionId'
 
 
 def _proc_start(pid: int) -> str:
@@ -103,10 +135,10 @@ def test_folder_name_counts_utf16_units():
 # --------------------------------------------------------------------------------------------------
 # launch / resume
 
-def test_launch_chooses_the_id(agent, tmp_path):
-    ctx = _ctx(tmp_path, tmp_path, args=["--model", "x"], config={"binary": "/opt/claude"})
+def test_launch_chooses_the_id(agent, tmp_path, bin_dir):
+    ctx = _ctx(tmp_path, tmp_path, args=["--model", "x"], config={"binary": f"{bin_dir}/claude"})
     launch = agent.launch(ctx)
-    assert launch.argv[:2] == ["/opt/claude", "--session-id"]
+    assert list(launch.argv[:2]) == [f"{bin_dir}/claude", "--session-id"]
     assert launch.argv[2] == launch.conversation_id and agent.valid_id(launch.conversation_id)
     assert list(launch.argv[3:]) == ["--model", "x"]
     assert agent.launch(ctx).conversation_id != launch.conversation_id
@@ -253,6 +285,19 @@ def test_in_use_fails_closed_on_an_unreadable_registry_of_a_live_pid(agent, tmp_
     assert not any("cannot be read" in h for h in agent.in_use(_ctx(home, tmp_path), B))
 
 
+def test_in_use_counts_a_tool_process_of_the_conversation(agent, tmp_path):
+    """claude's tool processes carry CLAUDE_CODE_SESSION_ID and outlive a killed claude: a holder."""
+    tool = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            env={**os.environ, "CLAUDE_CODE_SESSION_ID": B})
+    try:
+        held = wait_for(lambda: agent.in_use(_ctx(tmp_path, tmp_path), B), timeout=10, what="the tool process")
+        assert [h.split()[1] for h in held] == [str(tool.pid)] and f"CLAUDE_CODE_SESSION_ID={B}" in held[0], held
+        assert agent.in_use(_ctx(tmp_path, tmp_path), A) == []
+    finally:
+        tool.kill()
+        tool.wait()
+
+
 # --------------------------------------------------------------------------------------------------
 # artifacts and purge
 
@@ -297,21 +342,40 @@ GLOBAL = """{
 }"""
 
 
-def test_clear_last_session_id_keeps_other_bytes():
-    before = (GLOBAL % (B, A, A, A)).encode()
-    after = clear_last_session_id(before, A)
-    want = before.decode()
-    want = want.replace(',\n      "lastSessionId": "%s"' % A, "")
+def test_last_session_ids_go_and_every_other_byte_stays(agent, tmp_path):
+    """Each ``projects[*].lastSessionId`` equal to the id is cut out of the text (the last member of an
+    object, one before another, the only one); the rest of the global config keeps its bytes."""
+    home, cwd = tmp_path / "home", tmp_path / "w"
+    cwd.mkdir()
+    lay_out(home, cwd, A)
+    before = GLOBAL % (B, A, A, A)
+    (home / ".claude.json").write_text(before)
+    assert [p for p in plan(agent, _ctx(home, cwd), A) if ".claude.json" in p] == \
+        [f"~/.claude.json: {_last(p)}" for p in ("/w", "/first", "/only")]
+    assert purge(agent, _ctx(home, cwd), A) == []
+    want = before.replace(',\n      "lastSessionId": "%s"' % A, "")
     want = want.replace('"lastSessionId": "%s",\n      "x"' % A, '"x"')
     want = want.replace('{"lastSessionId": "%s"}' % A, "{}")
-    assert after.decode() == want
-    # B's is kept, A's gone, and nothing else changed
-    obj = json.loads(after)
+    assert (home / ".claude.json").read_text() == want
+    obj = json.loads(want)
     assert obj["projects"]["/other"]["lastSessionId"] == B
-    assert "lastSessionId" not in obj["projects"]["/w"]
     assert list(obj["projects"]["/w"]) == ["hasTrustDialogAccepted", "allowedTools", "lastCost", "lastSessionMetrics"]
-    assert clear_last_session_id(after, A) == after
-    assert clear_last_session_id(before, "00000000-0000-4000-8000-000000000000") == before
+
+
+def test_a_last_session_id_that_moved_on_is_kept(agent, tmp_path):
+    """Between the plan and its carrying out a claude may start another conversation in the project:
+    the member goes only while it still names ours (``JsonMember(equals=…)``)."""
+    home, cwd = tmp_path / "home", tmp_path / "w"
+    cwd.mkdir()
+    lay_out(home, cwd, A)
+    gc = home / ".claude.json"
+    gc.write_text(json.dumps({"projects": {str(cwd): {"lastSessionId": A}}}, indent=2))
+    ctx = _ctx(home, cwd)
+    items = plans.build(agent, ctx, [A], {A: agent.artifacts(ctx, A)})
+    assert f"~/.claude.json: {_last(str(cwd))}" in plans.labels(items)
+    gc.write_text(json.dumps({"projects": {str(cwd): {"lastSessionId": B}}}, indent=2))
+    plans.carry_out(items, ctx, ctx.notes)
+    assert json.loads(gc.read_text()) == {"projects": {str(cwd): {"lastSessionId": B}}}
 
 
 def test_artifacts_and_purge(agent, tmp_path):
@@ -342,23 +406,18 @@ def test_artifacts_and_purge(agent, tmp_path):
 
     ctx = _ctx(home, cwd, env=env)
     assert agent.exists(ctx, A)
-    plan = agent.artifacts(ctx, A)
+    got = plan(agent, ctx, A)
     enc = project_folder_name(str(cwd))
-    assert f"~/.claude/projects/{enc}/{A}.jsonl" in plan
-    assert f"~/.claude/projects/{enc}/{A}/" in plan
-    for sub in ("file-history", "tasks", "session-env", "uploads"):
-        assert f"~/.claude/{sub}/{A}/" in plan
-    assert f"~/.claude/debug/{A}.txt" in plan
-    assert f"{tmp_root}/claude-{os.getuid()}/{enc}/{A}/" in plan
-    assert f"~/.claude/sessions/{dead.pid}.json" in plan
-    assert "~/.claude/history.jsonl: 3 lines" in plan
-    assert f"~/.claude.json: lastSessionId of {cwd}" in plan
-    assert "~/.claude.json: lastSessionId of /first" in plan
-    assert not any("shell-snapshots" in p or "memory" in p or "backups" in p or "plans" in p for p in plan)
+    want = [f"~/.claude/projects/{enc}/{A}.jsonl", f"~/.claude/projects/{enc}/{A}/",
+            f"~/.claude/projects/{enc}/{A}.jsonl.tmp", f"~/.claude/debug/{A}.txt",
+            *(f"~/.claude/{sub}/{A}/" for sub in ("file-history", "tasks", "session-env", "uploads")),
+            f"{tmp_root}/claude-{os.getuid()}/{enc}/{A}/", f"~/.claude/sessions/{dead.pid}.json",
+            "~/.claude/history.jsonl: 3 lines", f"~/.claude.json: {_last(str(cwd))}",
+            f"~/.claude.json: {_last('/first')}"]
+    assert sorted(got) == sorted(want)
+    assert any("backups" in n and "1 old copies" in n for n in ctx.notes), ctx.notes  # said, not touched
 
-    removed = agent.purge(ctx, A)
-    assert sorted(removed) == sorted(plan)
-    assert agent.artifacts(ctx, A) == []
+    assert purge(agent, ctx, A) == []
     assert not agent.exists(ctx, A)
     for p in made:
         assert not p.exists(), p
@@ -366,13 +425,39 @@ def test_artifacts_and_purge(agent, tmp_path):
     for p in other + shared:
         assert p.read_text() in (json.dumps({"sessionId": B, "cwd": str(cwd)}) + "\n", f"shared {A}\n"), p
     assert (cfg / "history.jsonl").read_bytes() == hist_after
-    gafter = (home / ".claude.json").read_bytes()
-    assert json.loads(gafter)["projects"]["/other"]["lastSessionId"] == B
-    assert json.loads(gafter)["projects"]["/only"]["lastSessionId"] == B
-    assert gafter == clear_last_session_id(gbefore, A)
+    gafter = json.loads((home / ".claude.json").read_bytes())
+    assert gafter["projects"]["/other"]["lastSessionId"] == B and gafter["projects"]["/only"]["lastSessionId"] == B
+    assert "lastSessionId" not in gafter["projects"][str(cwd)] and "lastSessionId" not in gafter["projects"]["/first"]
     # B is untouched and still complete
     assert agent.exists(ctx, B)
-    assert len(agent.artifacts(ctx, B)) == 12
+    assert len(plan(agent, ctx, B)) == 12
+
+
+def test_other_mentions_in_the_global_config_are_reported_not_removed(agent, tmp_path):
+    home, cwd = tmp_path / "home", tmp_path / "w"
+    cwd.mkdir()
+    lay_out(home, cwd, A)
+    doc = {"projects": {str(cwd): {"lastSessionId": A}}, "resumeHints": [{"session": A}]}
+    (home / ".claude.json").write_text(json.dumps(doc, indent=2))
+    leftover = f'~/.claude.json (["resumeHints"][0]["session"] names the conversation)'
+    ctx = _ctx(home, cwd)
+    assert leftover in plan(agent, ctx, A)
+    assert purge(agent, ctx, A) == [leftover]  # the purge is incomplete: exit 5
+    assert json.loads((home / ".claude.json").read_text()) == {"projects": {str(cwd): {}},
+                                                               "resumeHints": [{"session": A}]}
+
+
+def test_an_unreadable_global_config_fails_closed(agent, tmp_path):
+    """A global config that does not parse may name the conversation: reported, left byte for byte."""
+    home, cwd = tmp_path / "home", tmp_path / "w"
+    cwd.mkdir()
+    lay_out(home, cwd, A)
+    broken = ('{"projects": {"%s": {"lastSessionId": "%s"' % (cwd, A)).encode()
+    (home / ".claude.json").write_bytes(broken)
+    ctx = _ctx(home, cwd)
+    left = purge(agent, ctx, A)
+    assert len(left) == 1 and left[0].startswith("~/.claude.json (could not be read: "), left
+    assert (home / ".claude.json").read_bytes() == broken
 
 
 def test_purge_without_record_finds_transcript_anywhere(agent, tmp_path):
@@ -381,11 +466,9 @@ def test_purge_without_record_finds_transcript_anywhere(agent, tmp_path):
     made = lay_out(home, cwd, A)
     elsewhere = _ctx(home, tmp_path / "somewhere-else")
     assert agent.exists(_ctx(home, ""), A)
-    plan = agent.artifacts(elsewhere, A)
-    assert f"~/.claude/projects/{project_folder_name(str(cwd))}/{A}.jsonl" in plan
-    agent.purge(elsewhere, A)
+    assert f"~/.claude/projects/{project_folder_name(str(cwd))}/{A}.jsonl" in plan(agent, elsewhere, A)
+    assert purge(agent, elsewhere, A) == []
     assert not any(p.exists() for p in made)
-    assert agent.artifacts(elsewhere, A) == []
 
 
 def test_claude_config_dir_is_followed(agent, tmp_path):
@@ -396,17 +479,27 @@ def test_claude_config_dir_is_followed(agent, tmp_path):
     (cfg / ".claude.json").write_text(json.dumps({"projects": {str(cwd): {"lastSessionId": A}}}, indent=2))
     (home / ".claude.json").write_text(json.dumps({"projects": {str(cwd): {"lastSessionId": A}}}, indent=2))
     ctx = _ctx(home, cwd, env={"CLAUDE_CONFIG_DIR": str(cfg)})
-    plan = agent.artifacts(ctx, A)
-    assert f"{cfg}/projects/{project_folder_name(str(cwd))}/{A}.jsonl" in plan
-    assert f"{cfg}/.claude.json: lastSessionId of {cwd}" in plan
-    assert not any(p.startswith("~/") for p in plan)
-    agent.purge(ctx, A)
+    got = plan(agent, ctx, A)
+    assert f"{cfg}/projects/{project_folder_name(str(cwd))}/{A}.jsonl" in got
+    assert f"{cfg}/.claude.json: {_last(str(cwd))}" in got
+    assert not any(p.startswith("~/") for p in got)
+    assert purge(agent, ctx, A) == []
     assert not any(p.exists() for p in made)
     assert json.loads((cfg / ".claude.json").read_text())["projects"][str(cwd)] == {}
     # ~/.claude.json belongs to the default config dir: not this conversation's
     assert json.loads((home / ".claude.json").read_text())["projects"][str(cwd)] == {"lastSessionId": A}
     # and with the default config dir nothing of A is seen under ~/.claude
-    assert agent.artifacts(_ctx(home, cwd), A) == [f"~/.claude.json: lastSessionId of {cwd}"]
+    assert plan(agent, _ctx(home, cwd), A) == [f"~/.claude.json: {_last(str(cwd))}"]
+
+
+def test_a_config_dir_relative_to_home_is_the_agents(agent, tmp_path):
+    """``CLAUDE_CONFIG_DIR=~/alt``: ``~`` is the agent's HOME, not the caller's."""
+    home, cwd = tmp_path / "home", tmp_path / "w"
+    cwd.mkdir()
+    made = lay_out(home, cwd, A, config_dir=home / "alt")
+    ctx = _ctx(home, cwd, env={"CLAUDE_CONFIG_DIR": "~/alt"})
+    assert f"~/alt/projects/{project_folder_name(str(cwd))}/{A}.jsonl" in plan(agent, ctx, A)
+    assert purge(agent, ctx, A) == [] and not any(p.exists() for p in made)
 
 
 def test_long_cwd_artifacts(agent, tmp_path):
@@ -418,38 +511,35 @@ def test_long_cwd_artifacts(agent, tmp_path):
     ctx = _ctx(home, cwd)
     assert agent.exists(ctx, A)
     assert agent.resume(ctx, A).argv[-1] == A
-    agent.purge(ctx, A)
+    assert purge(agent, ctx, A) == []
     assert not any(p.exists() for p in made)
 
 
 def test_rewrites_wait_for_claudes_lock(agent, tmp_path, monkeypatch):
     """claude locks history.jsonl and .claude.json with proper-lockfile (``<file>.lock/``): a fresh lock
     is respected (nothing rewritten, a note, the residual stays), a stale one (>10 s) is taken over."""
-    import muxhost_claude
-
-    monkeypatch.setattr(muxhost_claude.ClaudeLock, "TIMEOUT", 0.3)
+    monkeypatch.setattr(plans, "LOCK_TIMEOUT", 0.3)
     home, cwd = tmp_path / "home", tmp_path / "w"
     cwd.mkdir()
     lay_out(home, cwd, A)
     hist, hist_after = _history_bytes()
     (home / ".claude" / "history.jsonl").write_bytes(hist)
-    (home / ".claude.json").write_text(json.dumps({"projects": {str(cwd): {"lastSessionId": A}}}, indent=2))
+    gbefore = json.dumps({"projects": {str(cwd): {"lastSessionId": A}}}, indent=2)
+    (home / ".claude.json").write_text(gbefore)
     hlock = home / ".claude" / "history.jsonl.lock"
     glock = home / ".claude.json.lock"
     hlock.mkdir()
     glock.mkdir()
     ctx = _ctx(home, cwd)
-    agent.purge(ctx, A)
-    assert (home / ".claude" / "history.jsonl").read_bytes() == hist
-    assert sorted(agent.artifacts(ctx, A)) == sorted(["~/.claude/history.jsonl: 3 lines",
-                                                      f"~/.claude.json: lastSessionId of {cwd}"])
-    assert len([n for n in ctx.notes if "is held" in n]) == 2
+    left = ["~/.claude/history.jsonl: 3 lines", f"~/.claude.json: {_last(str(cwd))}"]
+    assert sorted(purge(agent, ctx, A)) == sorted(left)
+    assert (home / ".claude" / "history.jsonl").read_bytes() == hist and (home / ".claude.json").read_text() == gbefore
+    assert len([n for n in ctx.notes if "could not rewrite" in n and ".lock is locked" in n]) == 2, ctx.notes
     assert hlock.is_dir() and glock.is_dir(), "someone else's lock is never removed while fresh"
     old = time.time() - 60
     os.utime(hlock, (old, old))
     os.utime(glock, (old, old))
-    agent.purge(ctx, A)
-    assert agent.artifacts(ctx, A) == []
+    assert purge(agent, ctx, A) == []
     assert (home / ".claude" / "history.jsonl").read_bytes() == hist_after
     assert not hlock.exists() and not glock.exists()
 
@@ -468,8 +558,8 @@ def test_default_tmp_folder(agent, tmp_path):
         (folder / A / "tasks" / "x.output").write_text("out\n")
         (folder / B).mkdir()
         ctx = _ctx(home, cwd)
-        assert f"{folder}/{A}/" in agent.artifacts(ctx, A)
-        agent.purge(ctx, A)
+        assert f"{folder}/{A}/" in plan(agent, ctx, A)
+        assert purge(agent, ctx, A) == []
         assert not (folder / A).exists() and (folder / B).is_dir()
     finally:
         import shutil
@@ -483,6 +573,8 @@ def test_default_tmp_folder(agent, tmp_path):
 
 
 def test_symlinked_dotfiles_stay_symlinks(agent, tmp_path):
+    """A dotfile symlinked from elsewhere: its target is rewritten in place (the plan's roots hold it),
+    under the lock of the target, and the symlink stays."""
     home, cwd, dots = tmp_path / "home", tmp_path / "w", tmp_path / "dotfiles"
     cwd.mkdir()
     dots.mkdir()
@@ -492,8 +584,25 @@ def test_symlinked_dotfiles_stay_symlinks(agent, tmp_path):
     (dots / "claude.json").write_text(json.dumps({"projects": {str(cwd): {"lastSessionId": A, "x": 1}}}, indent=2))
     (home / ".claude" / "history.jsonl").symlink_to(dots / "history.jsonl")
     (home / ".claude.json").symlink_to(dots / "claude.json")
-    agent.purge(_ctx(home, cwd), A)
+    assert purge(agent, _ctx(home, cwd), A) == []
     assert (home / ".claude" / "history.jsonl").is_symlink() and (home / ".claude.json").is_symlink()
     assert (dots / "history.jsonl").read_bytes() == hist_after
     assert json.loads((dots / "claude.json").read_text()) == {"projects": {str(cwd): {"x": 1}}}
-    assert agent.artifacts(_ctx(home, cwd), A) == []
+    assert sorted(p.name for p in dots.iterdir()) == ["claude.json", "history.jsonl"]  # no lock left behind
+
+
+# -- the host's rule this plugin needs (muxhost.plans): the lock beside a shared file goes with it -----
+def test_a_lock_beside_the_file_it_guards_is_checked_as_the_file_is(tmp_path):
+    """``~/.claude.json`` is a root by itself, so its lock ``~/.claude.json.lock`` is inside no root: the
+    lock named for a file's realpath is accepted with the file; any other lock outside the roots is not."""
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    gc = home / ".claude.json"
+    gc.write_text(json.dumps({"projects": {"/w": {"lastSessionId": A}}}))
+    ctx = _ctx(home, tmp_path)
+    roots = [os.path.realpath(r) for r in ClaudeAgent().roots(ctx)]
+    keys = ("projects", "/w", "lastSessionId")
+    plans.check(JsonMember(gc, keys, equals=A, lock=MkdirLock(f"{gc}.lock")), roots, ctx)
+    for elsewhere in (home / "other.lock", tmp_path / "x.lock", f"{gc}.lock/../y.lock"):
+        with pytest.raises(plans.PlanError, match="outside the agent's folders"):
+            plans.check(JsonMember(gc, keys, equals=A, lock=MkdirLock(elsewhere)), roots, ctx)
