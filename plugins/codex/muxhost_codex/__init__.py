@@ -1,6 +1,5 @@
-"""muxhost plugin for the OpenAI Codex CLI (``codex``, npm ``@openai/codex``).
-
-Where codex keeps a conversation ("thread"), under ``$CODEX_HOME`` (default ``~/.codex``):
+"""muxhost plugin for the OpenAI Codex CLI (``codex``, npm ``@openai/codex``). Where codex keeps a
+conversation ("thread"), under ``$CODEX_HOME`` (default ``~/.codex``):
 
 - ``sessions/YYYY/MM/DD/rollout-<ts>-<id>.jsonl`` (and ``archived_sessions/``): the transcript;
   its first line (``session_meta``) names the cwd and, for a sub-agent, its parent thread;
@@ -12,11 +11,9 @@ Where codex keeps a conversation ("thread"), under ``$CODEX_HOME`` (default ``~/
   ``tui-thread-reference-capabilities/<id>``, ``thread-writer-locks/<id>.lock``.
 
 A running codex holds an exclusive ``flock`` on ``thread-writer-locks/<id>.lock`` for every thread it
-writes (its sub-agents' threads included) and keeps the file open: that is how "in use" is told.
-
-A purge is a typed plan (:mod:`muxhost.artifacts`) the host carries out: ``codex delete --force``
-while the thread is on disk, then every row of every codex database naming the thread, its lines
-in the shared JSONL files, its files. The host walks :meth:`CodexAgent.children` (sub-agents).
+writes (sub-agents' too) and keeps it open: that is how "in use" is told. A purge is a typed plan the
+host carries out: ``codex delete --force`` while the thread is on disk, then every row of every codex
+database naming it, its lines in the shared JSONL files, its files; the host walks ``children``.
 """
 
 from __future__ import annotations
