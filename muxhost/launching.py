@@ -28,7 +28,10 @@ class LaunchOps:
                   extra: Iterable[str] = ()) -> tuple[str, dict[str, str]]:
         # what the launching client's multiplexer says about ITSELF (tmux: TMUX, TMUX_PANE): the
         # agent's pane gets its own
+        # (of every installed backend: a launch on herdr from inside tmux must not hand over TMUX)
         drop = set(self.current().client_env)
+        for factory in self.registry.backends.values():
+            drop |= set(getattr(factory, "client_env", ()))
         env = {k: v for k, v in base.items() if k not in drop}
         caller_home = base.get("HOME") or os.path.expanduser("~")
         home = os.path.abspath(os.path.expanduser(home)) if home else caller_home

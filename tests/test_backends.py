@@ -102,3 +102,16 @@ def test_an_unknown_backend_is_a_usage_error(mux):
     assert r.rc == 2 and "no backend 'nosuch'" in r.err
     mux.config.write_text("backend: nosuch\n")
     assert mux.run("ls").rc == 2
+
+
+def test_no_backends_client_variables_reach_an_agent(mux):
+    """Launched from inside some multiplexer's pane (here: a herdr pane's variables), the agent on
+    tmux gets none of them: they describe the caller's pane, not the agent's."""
+    import psutil
+
+    herdr = {"HERDR_PANE_ID": "w9:p9", "HERDR_SOCKET_PATH": "/nonexistent/herdr.sock", "HERDR_ENV": "1"}
+    rec = mux.ok("launch", "demo", "--json", env=herdr)
+    mux.wait_screen(rec["pane"], "demo>")
+    env = psutil.Process(rec["pids"][0]).environ()
+    assert not set(herdr) & set(env)
+    assert env["TMUX_PANE"] == rec["pane"]  # its own pane's

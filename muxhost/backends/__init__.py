@@ -58,7 +58,8 @@ class Backend(ABC):
     where ``address`` is the server's address (a tmux socket name, a herdr socket path; None = the
     backend's default server). A factory may have an attribute ``resolve_address(given, config)``
     that turns the user's choice (``--socket``, else the backend's own environment variable or
-    config key) into the address records keep."""
+    config key) into the address records keep, and an attribute ``client_env`` (its backends'
+    :attr:`client_env`): a launch drops the client variables of every installed backend."""
 
     name: str = ""
     #: what the multiplexer tells processes about the client they run in (tmux: TMUX, TMUX_PANE);

@@ -18,6 +18,7 @@ def _resolve_address(given, config=None):
 
 
 _factory.resolve_address = _resolve_address
+_factory.client_env = ("TMUX", "TMUX_PANE")  # TmuxBackend.client_env, known without making one
 
 
 @muxhost.hookimpl

@@ -30,6 +30,9 @@ def _resolve_address(given, config=None):
 
 
 factory.resolve_address = _resolve_address
+# HerdrBackend.client_env, known without making one (the host drops every backend's at launch)
+factory.client_env = ("HERDR_ENV", "HERDR_SOCKET_PATH", "HERDR_BIN_PATH", "HERDR_WORKSPACE_ID", "HERDR_TAB_ID",
+                      "HERDR_PANE_ID")
 
 
 @muxhost.hookimpl
