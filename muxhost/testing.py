@@ -335,17 +335,14 @@ def mux(request, server, tmp_path):
     m.reap()
 
 
-def install_plugin(folder: Path, dist: str, module: str, source: str, version: str = "1.0") -> dict[str, str]:
-    """Build the plugin package ``dist`` (one module ``module`` holding ``source``, entry point
-    ``muxhost: module = module``) and pip-install it into ``folder/site`` as a user would install
-    it. Returns the environment that makes the CLI load it and only it (``mux.run(..., env=...)``):
-    ``PYTHONPATH`` with the site first (the caller's own path kept behind it) and
-    ``MUXHOST_LOAD_PLUGINS``."""
+def plugin_package(root: Path, dist: str, module: str, source: str, version: str = "1.0") -> Path:
+    """Write the source tree of the plugin package ``dist`` into ``root``: one module ``module``
+    holding ``source``, entry point ``muxhost: module = module``. Returns ``root``."""
     import textwrap
 
-    pkg = Path(folder) / dist
-    pkg.mkdir(parents=True)
-    (pkg / "pyproject.toml").write_text(textwrap.dedent(f'''
+    root = Path(root)
+    root.mkdir(parents=True)
+    (root / "pyproject.toml").write_text(textwrap.dedent(f'''
         [build-system]
         requires = ["setuptools>=64"]
         build-backend = "setuptools.build_meta"
@@ -358,10 +355,23 @@ def install_plugin(folder: Path, dist: str, module: str, source: str, version: s
         [project.entry-points.muxhost]
         {module} = "{module}"
     '''))
-    (pkg / f"{module}.py").write_text(source)
-    site = Path(folder) / "site"
+    (root / f"{module}.py").write_text(source)
+    return root
+
+
+def pip_install(package: Path, site: Path) -> None:
+    """pip-install a package source tree into the folder ``site`` (``--target``), as a user would."""
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--target", str(site), str(pkg)], check=True)
+                    "--target", str(site), str(package)], check=True)
+
+
+def install_plugin(folder: Path, dist: str, module: str, source: str, version: str = "1.0") -> dict[str, str]:
+    """Build the plugin package ``dist`` (:func:`plugin_package`) and pip-install it into
+    ``folder/site``. Returns the environment that makes the CLI load it and only it
+    (``mux.run(..., env=...)``): ``PYTHONPATH`` with the site first (the caller's own path kept
+    behind it) and ``MUXHOST_LOAD_PLUGINS``."""
+    site = Path(folder) / "site"
+    pip_install(plugin_package(Path(folder) / dist, dist, module, source, version), site)
     path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
     return {"PYTHONPATH": path, "MUXHOST_LOAD_PLUGINS": module}
 

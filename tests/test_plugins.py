@@ -13,6 +13,7 @@ import pytest
 
 from muxhost import hookspecs
 from muxhost.plugins import get_plugin_manager
+from muxhost.testing import plugin_package
 
 PLUGIN = textwrap.dedent('''
     """A third-party muxhost plugin: the `echoer` agent."""
@@ -78,22 +79,7 @@ PLUGIN = textwrap.dedent('''
 
 
 def make_package(root, dist, module, body, version="0.3.1"):
-    root.mkdir(parents=True)
-    (root / "pyproject.toml").write_text(textwrap.dedent(f'''
-        [build-system]
-        requires = ["setuptools>=64"]
-        build-backend = "setuptools.build_meta"
-
-        [project]
-        name = "{dist}"
-        version = "{version}"
-        dependencies = ["muxhost"]
-
-        [project.entry-points.muxhost]
-        {module} = "{module}"
-    '''))
-    (root / f"{module}.py").write_text(body)
-    return root
+    return plugin_package(root, dist, module, body, version)
 
 
 @pytest.fixture(scope="module")

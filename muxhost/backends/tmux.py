@@ -23,7 +23,7 @@ _FIELDS = ("pane_id", "pane_pid", "pane_dead", "pane_dead_status", "session_id",
            # the activity watch's evidence (tmux keeps no per-pane output time: the window's, to the
            # second, and what moves when output comes), what it published, and the watch itself
            "window_activity", "history_size", "cursor_x", "cursor_y", ACTIVITY_OPTION, ACTIVITY_SINCE_OPTION,
-           WATCH_OPTION)
+           WATCH_OPTION, "pane_dead_signal")
 FORMAT = SEP.join("#{%s}" % f for f in _FIELDS)
 # what tmux sets in a new pane's environment itself; the launcher takes these from its own
 PANE_ENV = ("TMUX", "TMUX_PANE", "TERM", "TERM_PROGRAM", "TERM_PROGRAM_VERSION", "SHELL")
@@ -40,7 +40,8 @@ def _parse(line: str) -> PaneInfo | None:
                     session_id=parts[4], session_name=parts[5], window_id=parts[6], cwd=parts[7],
                     command=parts[8], record=parts[9] or None, agent=parts[10] or None,
                     last_output=_number(parts[11]), output_mark=SEP.join(parts[11:15]),
-                    activity=parts[15] or None, activity_since=_number(parts[16]), watcher=parts[17] or None)
+                    activity=parts[15] or None, activity_since=_number(parts[16]), watcher=parts[17] or None,
+                    extra={"dead_signal": parts[18]} if parts[18] else {})
 
 
 def _number(text: str) -> float | None:
@@ -132,7 +133,8 @@ class TmuxBackend(Backend):
     # -- queries ----------------------------------------------------------------------------
     def snapshot(self) -> list[PaneInfo] | None:
         panes = self._panes()
-        if panes and any(pi.dead and pi.dead_status is None for pi in panes):
+        # (a pane killed by a signal has a signal and no status: nothing to wait for)
+        if panes and any(pi.dead and pi.dead_status is None and not pi.extra.get("dead_signal") for pi in panes):
             # tmux 3.3 can mark a pane dead (its pty closed) before it reaped the process and kept
             # the exit status, and then only reaps it when another child of the server exits: give
             # it one (run-shell waits for it), and look again
