@@ -18,7 +18,8 @@ EXIT_CODES = """exit codes:
   0 done · 1 failed (tmux, agent or I/O error) · 2 usage or config error · 3 not found
   4 refused (in use, or vetoed) · 5 purge incomplete (something was left)"""
 
-CORE_COMMANDS = ("launch", "ls", "show", "stop", "resume", "purge", "reconcile", "plugins", "watch")
+CORE_COMMANDS = ("launch", "ls", "show", "stop", "resume", "purge", "reconcile", "plugins", "watch",
+                 "sleep", "wake", "restore", "send", "wait", "read", "rm")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -62,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--split", choices=("right", "below"), help="split the --target pane instead of a new window")
     sp.add_argument("--home", metavar="DIR", help="run the agent with this HOME")
     sp.add_argument("--env", metavar="K=V", action="append", default=[], help="extra environment (repeatable)")
+    sp.add_argument("--worktree", metavar="NAME", help="run the agent in a new git worktree of --cwd's repository, "
+                    "on a new branch NAME, in <root>/<repo folder>-NAME (root: config worktree.root, default the "
+                    "repository's parent folder); `muxhost rm` removes it again")
     sp.epilog = "Arguments after `--` go to the agent: muxhost launch claude -- --model opus"
     json_flag(sp)
 
@@ -128,6 +132,64 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true",
                     help='one JSON line per change: {"record", "name", "agent", "pane", "old", "new", "since"}')
 
+    sp = cmd("sleep", "stop an agent but keep its pane, which wakes it on Enter",
+             "The stop ladder, except that the pane stays: it shows a small muxhost stub (\"the claude\n"
+             "conversation 1a2b… is asleep since 14:02 — Enter wakes it\") and the agent's memory is free.\n"
+             "Enter in that pane, or `muxhost wake REF`, resumes the same conversation there. Refused (exit 4)\n"
+             "for an agent with no conversation on disk yet. `ls` shows it asleep.")
+    sp.add_argument("refs", metavar="REF", nargs="*", help="records to put to sleep (all at once)")
+    sp.add_argument("--idle-for", metavar="D", help="every running agent idle at least this long (30m, 2h, 90s)")
+    sp.add_argument("--grace", type=float, metavar="S", help="seconds to wait after the exit text (stop.exit_grace)")
+    json_flag(sp)
+
+    sp = cmd("wake", "resume an asleep agent's conversation in its own pane (as Enter there does)",
+             "Resume the record's conversation in the pane its stub holds (a new pane when that pane is\n"
+             "gone). For a record that is not asleep, the same as `muxhost resume`.")
+    sp.add_argument("ref", metavar="REF")
+    json_flag(sp)
+
+    sp = cmd("restore", "after the pane server died, resume every agent that was running or asleep",
+             "Every record that was running or asleep when its pane went away (a reboot, a crash,\n"
+             "`tmux kill-server`) is resumed in a session named as before, in its own conversation. A\n"
+             "record whose conversation is gone from disk (or runs elsewhere) is reported, not started.\n"
+             "Safe to run twice: what runs is not started again.")
+    sp.add_argument("--dry-run", action="store_true", help="list what would be started; start nothing")
+    json_flag(sp)
+
+    sp = cmd("send", "type a line into the agent: Ctrl-U, TEXT, Enter",
+             "Typed as the stop ladder types its exit text: Ctrl-U, the literal TEXT, a pause, Enter.\n"
+             "Refused (exit 4) when the record's agent is not running. With `wait` and `read`:\n"
+             "  muxhost send a \"run the tests\" && muxhost wait a --until idle && muxhost read a")
+    sp.add_argument("ref", metavar="REF")
+    sp.add_argument("text", metavar="TEXT", help="one line; - reads it from stdin")
+    json_flag(sp)
+
+    sp = cmd("wait", "wait until the agent is idle, waiting for you, or exited",
+             "Exit 0 when the state is reached, 1 on --timeout, 4 when it can no longer be reached (the\n"
+             "agent is gone). Judged as `muxhost watch` judges; after `send`, idle counts only once the\n"
+             "agent has been seen doing something else (or 3 s passed): it may not have started yet.")
+    sp.add_argument("ref", metavar="REF")
+    sp.add_argument("--until", required=True, choices=("idle", "waiting", "exited"))
+    sp.add_argument("--timeout", metavar="S", help="give up after this long (seconds, or 30s, 5m); default: never")
+    json_flag(sp)
+
+    sp = cmd("read", "print the agent's screen as plain text")
+    sp.add_argument("ref", metavar="REF")
+    sp.add_argument("--lines", type=int, metavar="N", help="the last N lines, scrollback included")
+    json_flag(sp)
+
+    sp = cmd("rm", "forget a stopped record and remove the git worktree muxhost made for it",
+             "Refused (exit 4, nothing removed) while the record's agent runs, is starting, asleep or\n"
+             "exited in its pane (stop it first), and while its worktree has uncommitted or untracked\n"
+             "changes (unless --force). Then: --purge purges each of its conversations, the worktree is\n"
+             "removed, its branch is deleted only if it still points at the commit it started from (a\n"
+             "branch with commits is kept), and the record is forgotten.")
+    sp.add_argument("ref", metavar="REF")
+    sp.add_argument("--purge", action="store_true", help="also purge every conversation of the record")
+    sp.add_argument("--force", action="store_true", help="remove the worktree even with uncommitted or untracked "
+                    "changes (they are lost; a branch with commits is still kept)")
+    json_flag(sp)
+
     # the built-in plugins' commands (the purge key's), through their muxhost_register_commands
     # hooks — called here directly, so `muxhost --help` lists them without loading any plugin
     import importlib
@@ -181,7 +243,7 @@ def cmd_launch(host, args) -> int:
     extra = list(getattr(args, "agent_args", []))
     agent = args.agent or host.config.data.get("default_agent") or "demo"
     live = host.launch(agent, cwd=args.cwd, name=args.name, target=args.target, split=args.split,
-                       home=args.home, env=args.env, args=extra)
+                       home=args.home, env=args.env, args=extra, worktree=args.worktree)
     _notes(live)
     if args.json:
         out_json(live.to_dict())
@@ -189,6 +251,8 @@ def cmd_launch(host, args) -> int:
         print(f"launched {live.rec.agent} as {live.rec.name} (record {live.rec.id}) in pane {live.pane.pane_id}")
         if live.rec.conversation_id:
             print(f"  conversation: {live.rec.conversation_id}")
+        if live.rec.worktree:
+            print(f"  worktree: {live.rec.worktree['path']} (branch {live.rec.worktree['branch']})")
         print(_attach_hint(host, live))
     return 0
 
@@ -277,6 +341,40 @@ def cmd_show(host, args) -> int:
     return 0
 
 
+def _records(host, refs) -> list:
+    """The records REF… name, each once, in order."""
+    records, seen = [], set()
+    for ref in refs:
+        rec = host.resolve(ref)
+        if rec.id not in seen:
+            seen.add(rec.id)
+            records.append(rec)
+    return records
+
+
+def _outcomes(records, results, args, single: bool, done: str) -> int:
+    """Print what the ladder did to each record (``stop``, ``sleep``); the worst exit code."""
+    from muxhost.fleet import ASLEEP_ALREADY
+
+    failed = [r for r in results if isinstance(r, MuxhostError)]
+    if args.json:
+        docs = [{"id": rec.id, "name": rec.name, "error": str(r)} if isinstance(r, MuxhostError) else r.to_dict()
+                for rec, r in zip(records, results)]
+        out_json(docs[0] if single else docs)
+    else:
+        for rec, r in zip(records, results):
+            if isinstance(r, MuxhostError):
+                print(f"muxhost: {rec.name} ({rec.id}): {r}", file=sys.stderr)
+            elif ASLEEP_ALREADY in r.notes:
+                print(f"{rec.name} ({rec.id}) was asleep already")
+                continue
+            else:
+                print(f"{done} {rec.name} ({rec.id}): {rec.outcome} after {rec.seconds:.2f}s")
+            for note in getattr(r, "notes", ()) or ():
+                print(f"muxhost: note: {note}", file=sys.stderr)
+    return max((e.exit_code for e in failed), default=0)
+
+
 def cmd_stop(host, args) -> int:
     if args.grace is not None and args.grace < 0:
         raise UsageError("--grace must be >= 0")
@@ -286,28 +384,85 @@ def cmd_stop(host, args) -> int:
     if args.all:
         records, view = host.live_records()
     else:
-        records, seen = [], set()
-        for ref in args.refs:
-            rec = host.resolve(ref)
-            if rec.id not in seen:
-                seen.add(rec.id)
-                records.append(rec)
+        records = _records(host, args.refs)
     results = host.stop_many(records, grace=args.grace, view=view) if records else []
-    failed = [r for r in results if isinstance(r, MuxhostError)]
-    if args.json:
-        docs = [{"id": rec.id, "name": rec.name, "error": str(r)} if isinstance(r, MuxhostError) else r.to_dict()
-                for rec, r in zip(records, results)]
-        out_json(docs[0] if len(args.refs) == 1 and not args.all else docs)
+    if args.all and not records and not args.json:
+        print("nothing to stop")
+    return _outcomes(records, results, args, len(args.refs) == 1 and not args.all, "stopped")
+
+
+def cmd_sleep(host, args) -> int:
+    from muxhost.fleet import parse_duration
+
+    if args.grace is not None and args.grace < 0:
+        raise UsageError("--grace must be >= 0")
+    if (args.idle_for is not None) == bool(args.refs):
+        raise UsageError("sleep takes REF… or --idle-for D")
+    if args.idle_for is not None:
+        records = host.idle_for(parse_duration(args.idle_for, "--idle-for"))
     else:
-        if args.all and not records:
-            print("nothing to stop")
-        for rec, r in zip(records, results):
-            if isinstance(r, MuxhostError):
-                print(f"muxhost: {rec.name} ({rec.id}): {r}", file=sys.stderr)
-            else:
-                print(f"stopped {rec.name} ({rec.id}): {rec.outcome} after {rec.seconds:.2f}s")
-    if failed:
-        return max(e.exit_code for e in failed)
+        records = _records(host, args.refs)
+    results = host.sleep_many(records, grace=args.grace) if records else []
+    if args.idle_for is not None and not records and not args.json:
+        print("no agent has been idle that long")
+    return _outcomes(records, results, args, len(args.refs) == 1, "asleep")
+
+
+def cmd_wake(host, args) -> int:
+    rec = host.resolve(args.ref)
+    live = host.wake(rec)
+    _notes(live)
+    if args.json:
+        out_json(live.to_dict())
+    else:
+        print(f"woke {rec.conversation_id} as {rec.name} (record {rec.id}) in pane {live.pane.pane_id}")
+        print(_attach_hint(host, live))
+    return 0
+
+
+def cmd_restore(host, args) -> int:
+    report = host.restore(dry_run=args.dry_run)
+    if args.json:
+        out_json(report)
+    elif not report:
+        print("nothing to restore: every record that was running still is")
+    for e in report if not args.json else ():
+        what = f"{e['name']} ({e['id']}, {e['agent']} {e['conversation_id'] or '-'})"
+        if e["action"] == "restored":
+            print(f"restored {what} in session {e['session']}, pane {e['pane']}")
+        elif e["action"] == "would restore":
+            print(f"would restore {what} in session {e['session']}")
+        else:
+            print(f"{'not restored' if e['action'] == 'skipped' else 'failed'}: {what}: {e['reason']}")
+    return 1 if any(e["action"] == "failed" for e in report) else 0
+
+
+def cmd_send(host, args) -> int:
+    text = sys.stdin.read().rstrip("\n") if args.text == "-" else args.text
+    live = host.send(host.resolve(args.ref), text)
+    if args.json:
+        out_json(live.to_dict())
+    return 0
+
+
+def cmd_wait(host, args) -> int:
+    from muxhost.fleet import parse_duration
+
+    timeout = None if args.timeout is None else parse_duration(args.timeout, "--timeout")
+    rec = host.resolve(args.ref)
+    state = host.wait(rec, args.until, timeout=timeout)
+    if args.json:
+        out_json({"id": rec.id, "name": rec.name, "state": state})
+    return 0
+
+
+def cmd_read(host, args) -> int:
+    rec = host.resolve(args.ref)
+    text = host.read(rec, lines=args.lines)
+    if args.json:
+        out_json({"id": rec.id, "name": rec.name, "text": text})
+    else:
+        print(text)
     return 0
 
 
@@ -386,6 +541,15 @@ def _purge_key(host, args) -> int:
     return run_key(host, args.pane, args.client, prepare=args.tmux_prepare)
 
 
+def cmd_rm(host, args) -> int:
+    done = host.rm(host.resolve(args.ref), purge=args.purge, force=args.force)
+    if args.json:
+        out_json(done)
+    else:
+        print("\n".join(done["done"]))
+    return 0
+
+
 def cmd_reconcile(host, args) -> int:
     changes = host.reconcile()
     if args.json:
@@ -409,7 +573,9 @@ def cmd_plugins(host, args) -> int:
 
 
 COMMANDS = {"launch": cmd_launch, "ls": cmd_ls, "show": cmd_show, "stop": cmd_stop, "resume": cmd_resume,
-            "purge": cmd_purge, "reconcile": cmd_reconcile, "plugins": cmd_plugins, "watch": cmd_watch}
+            "purge": cmd_purge, "reconcile": cmd_reconcile, "plugins": cmd_plugins, "watch": cmd_watch,
+            "sleep": cmd_sleep, "wake": cmd_wake, "restore": cmd_restore, "send": cmd_send, "wait": cmd_wait,
+            "read": cmd_read, "rm": cmd_rm}
 
 
 def _command_word(argv: Sequence[str]) -> str | None:

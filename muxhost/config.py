@@ -41,12 +41,15 @@ SCHEMA: dict[str, Any] = {
     "tmux": {"socket_name": _STR},
     "stop": {"exit_grace": _NUM, "term_grace": _NUM, "hup_grace": _NUM, "exit_pause": _NUM},
     # the activity watch: seconds between passes, silence before a working agent is `stalled`,
-    # idle time before `sleep --idle-for` puts an agent to sleep (reserved: used by `sleep`), and
+    # idle seconds after which the watch puts an agent to sleep (`muxhost sleep`; none by default), and
     # whether an agent that starts waiting gets a tmux message and the bell
     "watch": {"interval": _NUM, "stall_after": _NUM, "sleep_after": _NUM, "alert": _BOOL},
     "default_agent": _STR,
     "backend": _STR,          # the pane backend new agents go to (default tmux; also --backend, $MUXHOST_BACKEND)
     "agents": {"*": AGENT_KEYS},
+    # `launch --worktree NAME`: worktrees go to ROOT/<repo folder>-<NAME> (default ROOT: the repo's
+    # parent folder; `~` expanded; a relative ROOT is taken from the repo's top-level folder)
+    "worktree": {"root": _STR},
 }
 
 DEFAULTS = {"exit_grace": 5.0, "term_grace": 2.0, "hup_grace": 1.0, "exit_pause": 0.5}
@@ -70,6 +73,12 @@ class Config:
     @property
     def socket_name(self) -> str | None:
         return self.data.get("tmux", {}).get("socket_name")
+
+    @property
+    def worktree_root(self) -> str | None:
+        """``worktree.root`` with ``~`` expanded; None: beside each repository."""
+        root = (self.data.get("worktree") or {}).get("root")
+        return os.path.expanduser(root) if root else None
 
     @property
     def agents(self) -> dict[str, dict[str, Any]]:
@@ -130,6 +139,8 @@ def parse(text: str, path: str = "<config>") -> Config:
     cfg.lines = lines
     if (cfg.data.get("watch") or {}).get("interval") == 0:
         raise cfg.error("watch.interval", "must be more than 0 seconds")
+    if (cfg.data.get("worktree") or {}).get("root") == "":
+        raise cfg.error("worktree.root", "must not be empty")
     for name, entry in cfg.agents.items():
         if "id_pattern" in entry:
             try:

@@ -17,17 +17,19 @@ from muxhost.agent import Agent
 from muxhost.backends import Backend
 from muxhost.config import Config
 from muxhost.errors import MuxhostError, UsageError
+from muxhost.fleet import FleetOps
 from muxhost.ladder import LadderOps, _Target
 from muxhost.launching import ENV_RE, NAME_RE, LaunchOps
 from muxhost.purging import PurgeOps
 from muxhost.state import STARTING_GRACE, Live, Located, StateOps, View
 from muxhost.store import Record, Store
 from muxhost.watching import WatchOps
+from muxhost.worktrees import WorktreeOps
 
 __all__ = ["Host", "Live", "Located", "View", "NAME_RE", "ENV_RE", "STARTING_GRACE", "_Target"]
 
 
-class Host(StateOps, LaunchOps, LadderOps, PurgeOps, ActivityOps, WatchOps):
+class Host(StateOps, LaunchOps, LadderOps, PurgeOps, ActivityOps, WatchOps, FleetOps, WorktreeOps):
     """One muxhost: its config, plugins, record store and pane backends, and every operation."""
 
     def __init__(self, config: Config | None = None, socket: str | None = None, pm=None,

@@ -46,11 +46,15 @@ class LadderOps:
         return result
 
     def stop_many(self, records: list[Record], grace: float | None = None,
-                  view: View | None = None) -> list["Live | MuxhostError"]:
+                  view: View | None = None, keep_panes: bool = False) -> list["Live | MuxhostError"]:
         """The stop ladder for many records at once, in lockstep: every agent gets its exit text,
         then one wait for all of them, then each step for whatever is left — so 50 agents take about
         as long as the slowest one, not 50 times one. Returns, per record in order, its stopped
-        :class:`Live` or the error that kept it from stopping cleanly."""
+        :class:`Live` or the error that kept it from stopping cleanly.
+
+        ``keep_panes`` (``muxhost sleep``): step 3 is SIGHUP to each agent's processes instead of
+        closing its pane, which stays (dead, on a backend that keeps dead panes); the records are
+        ``asleep``, not ``stopped``."""
         view = view or self.view(records)
         lives = [self.live(rec, view, check_resumable=False) for rec in records]
         running = [lv for lv in lives if lv.state == "running"]
@@ -58,7 +62,7 @@ class LadderOps:
             self.refresh(running, view)  # the conversation each is in right now, before it goes
         since = min((r.launched_at for r in records), default=0.0)
         view.table.marked_index(since)  # one environment scan serves every record
-        targets = [self._stop_target(rec, view) for rec in records]
+        targets = [self._stop_target(rec, view, keep_panes) for rec in records]
         self._ladder(targets, grace)
         out: list[Live | MuxhostError] = []
         for rec, t in zip(records, targets):
@@ -66,26 +70,36 @@ class LadderOps:
                 out.append(t.error)
                 continue
             agent = self.registry.agents.get(rec.agent)
-            self.store.update(rec, state="stopped", stopped_at=time.time(), outcome=t.outcome, seconds=t.seconds)
-            result = Live(rec, "stopped", None, [])
+            now = time.time()
+            if keep_panes:
+                self.store.update(rec, state="asleep", stopped_at=now, slept_at=now, outcome=t.outcome, seconds=t.seconds)
+            else:
+                self.store.update(rec, state="stopped", stopped_at=now, outcome=t.outcome, seconds=t.seconds)
+            result = Live(rec, rec.state, None, [])
             result.resumable = self._resumable(agent, rec, result)
             self.pm.hook.muxhost_agent_stopped(record=result.to_dict(), outcome=t.outcome)
             out.append(result)
         return out
 
-    def _stop_target(self, rec: Record, view: View) -> "_Target":
+    def _stop_target(self, rec: Record, view: View, keep_pane: bool = False) -> "_Target":
         agent = self.registry.agents.get(rec.agent)
         backend = self.backend_of(rec)
         pane = view.pane_for(rec)
-        agent_proc = view.table.get(pane.pid) if pane is not None and not pane.dead else None
+        root = view.table.get(pane.pid) if pane is not None and not pane.dead else None
+        # (an asleep record's pane runs muxhost's stub, not the agent: no exit text for it)
+        agent_proc = root if rec.state != "asleep" else None
 
         def collect(table: procs.ProcessTable) -> list[procs.Proc]:
             found = list(procs.marked(rec.id, table, since=rec.launched_at))
-            if agent_proc is not None:
-                found += table.tree_of(agent_proc.key)
+            if root is not None:
+                found += table.tree_of(root.key)
             return found
 
         def close(panes_now: Callable[[Backend], list[PaneInfo]]) -> None:
+            if keep_pane:  # 3. (sleep) SIGHUP to the agent's processes; the pane stays for the stub
+                for p in collect(procs.ProcessTable.snapshot()):
+                    procs.signal_if_same(*p.key, procs.SIGHUP)
+                return
             # 3. kill-session when muxhost created it, else kill-pane (tmux sends SIGHUP)
             now = panes_now(backend)
             mine = pane or next((p for p in now if p.record == rec.id), None)  # (a look that missed it)
@@ -98,7 +112,7 @@ class LadderOps:
                     return
             backend.kill_pane(mine.pane_id)
 
-        victims = {p.key: p for p in [*view.table.tree(pane.pid if agent_proc else None), *collect(view.table)]}
+        victims = {p.key: p for p in [*view.table.tree(root.pid if root else None), *collect(view.table)]}
         return _Target(f"record {rec.id}", backend, pane.pane_id if pane else None, agent, agent_proc,
                        victims, collect, close, self.exit_pause(agent))
 

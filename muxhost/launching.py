@@ -9,7 +9,7 @@ import re
 import time
 from typing import Iterable
 
-from muxhost import procs
+from muxhost import procs, worktrees
 from muxhost.agent import Agent, AgentContext, Launch
 from muxhost.backends import AGENT_OPTION, RECORD_OPTION
 from muxhost.errors import MuxhostError, NotFound, Refused, UsageError
@@ -52,7 +52,7 @@ class LaunchOps:
 
     def launch(self, agent_name: str, *, cwd: str | None = None, name: str | None = None,
                target: str | None = None, split: str | None = None, home: str | None = None,
-               env: Iterable[str] = (), args: Iterable[str] = ()) -> Live:
+               env: Iterable[str] = (), args: Iterable[str] = (), worktree: str | None = None) -> Live:
         agent = self.registry.agent(agent_name)
         cwd = os.path.abspath(os.path.expanduser(cwd or os.getcwd()))
         if not os.path.isdir(cwd):
@@ -65,27 +65,41 @@ class LaunchOps:
             if other.name == name and other.state != "stopped":
                 raise UsageError(f"--name {name!r} is already used by record {other.id}")
         home, full_env = self.agent_env(dict(os.environ), home, agent.name, env)
-        full_env[procs.RECORD_ENV] = rid
-        full_env["PWD"] = cwd  # as a shell would set it: some agents take their folder from $PWD
-        cfg = self.config.agent(agent.name)
-        ctx = AgentContext(home=home, env=dict(full_env), cwd=cwd, launched_at=time.time(), config=cfg,
-                           args=list(cfg.get("args") or []) + list(args), record_id=rid)
-        launch = self._checked_launch(agent, agent.launch(ctx))
-        full_env.update(launch.env)
-        self.check_command(agent, list(launch.argv), full_env, cwd)  # no record, no pane, if it cannot run
-        notes = list(ctx.notes)
-        rec = Record(id=rid, name=name, agent=agent.name, cwd=cwd, home=home, launched_at=ctx.launched_at,
-                     backend=self.backend_name, socket=self.socket, conversation_id=launch.conversation_id, env=full_env,
-                     argv=list(launch.argv))
-        cid = launch.conversation_id
-        # into a conversation that is on disk (`-- --resume ID`): never while it is being purged
-        existing = cid is not None and self._exists(agent, ctx, cid)
-        with self.conversation_lock(agent.name, cid, "launch") if existing else contextlib.nullcontext():
-            if existing and not self._exists(agent, ctx, cid):
-                raise NotFound(f"conversation {cid} of agent {agent.name} no longer exists")
-            self.store.insert(rec)  # `starting`: a launch killed from here on is seen as lost, never half
-            live = self._start(rec, agent, launch, target=target, split=split)
-        live.notes = notes
+        wt, rec = None, None
+        if worktree is not None:  # a new branch in a new folder (muxhost.worktrees), undone if the launch fails
+            wt, rel = worktrees.plan(cwd, worktree, self.config.worktree_root)
+            cwd = worktrees.create(wt, rel)
+        try:
+            full_env[procs.RECORD_ENV] = rid
+            full_env["PWD"] = cwd  # as a shell would set it: some agents take their folder from $PWD
+            cfg = self.config.agent(agent.name)
+            ctx = AgentContext(home=home, env=dict(full_env), cwd=cwd, launched_at=time.time(), config=cfg,
+                               args=list(cfg.get("args") or []) + list(args), record_id=rid)
+            launch = self._checked_launch(agent, agent.launch(ctx))
+            full_env.update(launch.env)
+            self.check_command(agent, list(launch.argv), full_env, cwd)  # no record, no pane, if it cannot run
+            notes = list(ctx.notes)
+            rec = Record(id=rid, name=name, agent=agent.name, cwd=cwd, home=home, launched_at=ctx.launched_at,
+                         backend=self.backend_name, socket=self.socket, conversation_id=launch.conversation_id,
+                         env=full_env, argv=list(launch.argv), worktree=wt)
+            cid = launch.conversation_id
+            # into a conversation that is on disk (`-- --resume ID`): never while it is being purged
+            existing = cid is not None and self._exists(agent, ctx, cid)
+            with self.conversation_lock(agent.name, cid, "launch") if existing else contextlib.nullcontext():
+                if existing and not self._exists(agent, ctx, cid):
+                    raise NotFound(f"conversation {cid} of agent {agent.name} no longer exists")
+                self.store.insert(rec)  # `starting`: a launch killed from here on is seen as lost, never half
+                live = self._start(rec, agent, launch, target=target, split=split)
+            live.notes = notes
+        except BaseException as e:
+            if wt is not None and (rec is None or rec.state != "running"):  # no agent runs there: leave nothing
+                try:
+                    worktrees.discard(wt)
+                except MuxhostError as undo:
+                    if isinstance(e, MuxhostError):
+                        raise MuxhostError(f"{e}; {undo}", e.exit_code) from e
+                    raise
+            raise
         return live
 
     def _exists(self, agent: Agent, ctx: AgentContext, conversation_id: str) -> bool:
@@ -124,7 +138,7 @@ class LaunchOps:
         return launch
 
     def _start(self, rec: Record, agent: Agent, launch: Launch, target=None, split=None,
-               respawn_pane: str | None = None) -> Live:
+               respawn_pane: str | None = None, session_name: str | None = None) -> Live:
         backend = self.backend_of(rec)
         env = dict(rec.env)
         env.update(launch.env)
@@ -133,7 +147,7 @@ class LaunchOps:
                 pane = backend.respawn(respawn_pane, launch.argv, cwd=rec.cwd, env=env)
                 created = rec.created_session
             else:
-                pane, created = backend.create(launch.argv, cwd=rec.cwd, env=env, name=rec.name, target=target,
+                pane, created = backend.create(launch.argv, cwd=rec.cwd, env=env, name=session_name or rec.name, target=target,
                                                split=split, options={RECORD_OPTION: rec.id, AGENT_OPTION: rec.agent})
         except MuxhostError:
             if rec.state == "starting":
@@ -148,6 +162,7 @@ class LaunchOps:
             except Exception:
                 pids = []
         self.store.update(rec, state="running", pane=pane.pane_id, session=pane.session_id if created else rec.session,
+                          session_name=pane.session_name or rec.session_name, slept_at=None,
                           created_session=created, pids=pids, stopped_at=None, outcome=None, seconds=None,
                           conversation_id=launch.conversation_id or rec.conversation_id, argv=list(launch.argv))
         live = Live(rec, "running", pane, procs.ProcessTable.snapshot().tree(pane.pid) if pane.pid else [])
@@ -158,7 +173,11 @@ class LaunchOps:
         with self.store.transaction() as con:
             con.execute("DELETE FROM records WHERE id = ? AND state = 'starting'", (rec.id,))
 
-    def resume(self, rec: Record, target: str | None = None, split: str | None = None) -> Live:
+    def resume(self, rec: Record, target: str | None = None, split: str | None = None,
+               session_name: str | None = None) -> Live:
+        """The record's conversation again, in its (dead) pane, else a new one (``target``, ``split``;
+        a new session is named ``session_name``, default the record's name). An asleep record wakes
+        in its own pane: the agent replaces muxhost's stub there."""
         agent = self.registry.agent(rec.agent)
         view = self.view([rec])
         live = self.live(rec, view, agent, check_resumable=False)
@@ -182,10 +201,17 @@ class LaunchOps:
         # under the conversation's lock until the pane runs: a purge of it that starts meanwhile
         # sees this record running (and one already under way makes this wait, then refuse)
         with self.conversation_lock(agent.name, cid, "resume"):
+            now = self.store.get(rec.id)
+            if now is None or now.state != rec.state:  # another muxhost woke or stopped it meanwhile
+                raise Refused(f"record {rec.id} changed meanwhile (it is {now.state if now else 'gone'}); look again")
             if not agent.exists(ctx, cid):
                 raise NotFound(f"conversation {cid} of agent {agent.name} no longer exists")
             self.store.update(rec, launched_at=time.time())
-            respawn = live.pane.pane_id if live.pane is not None and live.pane.dead and not (target or split) else None
-            started = self._start(rec, agent, launch, target=target, split=split, respawn_pane=respawn)
+            reuse = live.pane is not None and (live.pane.dead or live.state == "asleep") and not (target or split)
+            started = self._start(rec, agent, launch, target=target, split=split,
+                                  respawn_pane=live.pane.pane_id if reuse else None, session_name=session_name)
+            if live.state == "asleep" and live.pane is not None and not reuse:  # woken elsewhere: no stub left
+                with contextlib.suppress(MuxhostError):
+                    self.backend_of(rec).kill_pane(live.pane.pane_id)
         started.notes = list(ctx.notes)
         return started

@@ -10,6 +10,7 @@ from typing import Callable, Iterable
 
 from muxhost.agent import Agent, AgentContext, PurgeReport
 from muxhost.errors import MuxhostError, NotFound, Refused, UsageError
+from muxhost.state import LIVE_STATES
 from muxhost.store import Record
 
 
@@ -52,7 +53,10 @@ class PurgeOps:
         # held from the in-use check until the residual is read: a resume or launch of this
         # conversation (and a second purge) that comes meanwhile waits briefly, then is refused
         with self.conversation_lock(agent.name, conversation_id, "purge"):
-            return self._purge(agent, ctx, conversation_id, rec, stop=stop, confirm=confirm)
+            report = self._purge(agent, ctx, conversation_id, rec, stop=stop, confirm=confirm)
+        if rec is not None and rec.state == "asleep" and rec.conversation_id == conversation_id and not report.residual:
+            self.stop(rec)  # nothing left to wake: its stub goes too
+        return report
 
     def conversation_lock(self, agent: str, conversation_id: str, purpose: str):
         """The per-conversation lock (muxhost.locks), in the state dir beside the store."""
@@ -65,7 +69,7 @@ class PurgeOps:
                confirm: Callable[[PurgeReport], bool] | None = None) -> PurgeReport:
         if stop and not dry_run and rec is not None:
             live = self.live(rec, self.view([rec]), agent, check_resumable=False)
-            if live.state in ("running", "exited", "starting"):
+            if live.state in LIVE_STATES:
                 self.stop(rec)
         from muxhost import plans
 

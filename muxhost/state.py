@@ -17,6 +17,8 @@ from muxhost.errors import MuxhostError, NotFound, UsageError
 from muxhost.store import Record
 
 STARTING_GRACE = 30.0  # a `starting` record without a pane after this long is lost
+#: the states `ls` shows without --all, and `stop --all` stops: an agent (or its stub) may be there
+LIVE_STATES = ("running", "exited", "starting", "asleep")
 
 
 @dataclass
@@ -79,11 +81,12 @@ class Live:
             "resumable": self.resumable,
             "session": (self.pane.session_name if self.pane else None),
             "home": r.home, "socket": r.socket, "backend": r.backend, "argv": r.argv,
-            "launched_at": r.launched_at, "stopped_at": r.stopped_at,
+            "launched_at": r.launched_at, "stopped_at": r.stopped_at, "slept_at": r.slept_at,
             "exit_status": self.pane.dead_status if self.pane and self.pane.dead else None,
             "pids": [p.pid for p in self.tree],
             "warnings": list(self.warnings),
             "activity": self.activity, "activity_since": self.activity_since,
+            "worktree": r.worktree,
         }
         if r.outcome:
             d["outcome"], d["seconds"] = r.outcome, r.seconds
@@ -108,7 +111,10 @@ class StateOps:
     def live(self, rec: Record, view: View, agent: Agent | None = None, check_resumable: bool = True) -> Live:
         pane = view.pane_for(rec)
         tree: list[procs.Proc] = []
-        if pane is not None and not pane.dead:
+        if rec.state == "asleep":  # its pane (if any: a server restart took it) shows muxhost's stub
+            tree = view.table.tree(pane.pid) if pane is not None and not pane.dead else []
+            state = "asleep"
+        elif pane is not None and not pane.dead:
             tree = view.table.tree(pane.pid)
             state = "running" if tree else "exited"
         elif pane is not None:
@@ -228,7 +234,7 @@ class StateOps:
         records = self.store.all()
         view = self.view(records)
         lives = [self.live(r, view, check_resumable=False) for r in records]
-        return [lv.rec for lv in lives if lv.state in ("running", "exited", "starting")], view
+        return [lv.rec for lv in lives if lv.state in LIVE_STATES], view
 
     def ls(self, all_records: bool = False) -> list[Live]:
         records = self.store.all()
@@ -239,7 +245,7 @@ class StateOps:
             lv.resumable = self._resumable(self.registry.agents.get(lv.rec.agent), lv.rec, lv)
         self.activities(lives, view)  # muxhost.activity: the watch's knowledge, else one look
         if not all_records:
-            lives = [lv for lv in lives if lv.state in ("running", "exited", "starting")]
+            lives = [lv for lv in lives if lv.state in LIVE_STATES]
         return lives
 
     def resolve(self, ref: str) -> Record:

@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 from muxhost.errors import MuxhostError, UsageError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 LOCK_TIMEOUT = 30.0  # seconds a write waits for another muxhost's transaction ($MUXHOST_LOCK_TIMEOUT)
 
 _SCHEMA = """
@@ -51,17 +51,23 @@ CREATE TABLE IF NOT EXISTS records (
     outcome TEXT,
     seconds REAL,
     created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    session_name TEXT,
+    slept_at REAL,
+    sent_at REAL,
+    worktree TEXT
 );
 CREATE INDEX IF NOT EXISTS records_name ON records(name);
 CREATE INDEX IF NOT EXISTS records_conversation ON records(agent, conversation_id);
 """
 
-_JSON_FIELDS = {"env", "argv", "pids", "conversations"}
+_JSON_FIELDS = {"env", "argv", "pids", "conversations", "worktree"}
 # schema version -> statements that bring the previous version up to it
 _MIGRATIONS = {
     2: ["ALTER TABLE records ADD COLUMN conversations TEXT NOT NULL DEFAULT '[]'",
         "UPDATE records SET conversations = json_array(conversation_id) WHERE conversation_id IS NOT NULL"],
+    3: ["ALTER TABLE records ADD COLUMN session_name TEXT", "ALTER TABLE records ADD COLUMN slept_at REAL",
+        "ALTER TABLE records ADD COLUMN sent_at REAL", "ALTER TABLE records ADD COLUMN worktree TEXT"],
 }
 
 
@@ -75,7 +81,7 @@ class Record:
     launched_at: float
     backend: str = "tmux"
     socket: str | None = None
-    state: str = "starting"          # stored: starting | running | stopped
+    state: str = "starting"          # stored: starting | running | asleep | stopped
     conversation_id: str | None = None
     conversations: list[str] = field(default_factory=list)  # every id it has been in, oldest first
     env: dict[str, str] = field(default_factory=dict)
@@ -89,12 +95,16 @@ class Record:
     seconds: float | None = None
     created_at: float = 0.0
     updated_at: float = 0.0
+    session_name: str | None = None  # the session's name when it started (restore names it so again)
+    slept_at: float | None = None    # when `sleep` put it to sleep
+    sent_at: float | None = None     # when `send` last typed into it (`wait` judges only after)
+    worktree: dict[str, Any] | None = None  # the git worktree muxhost made for it: path, repo, branch, base
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> "Record":
         data = dict(row)
         for k in _JSON_FIELDS:
-            data[k] = json.loads(data[k]) if data.get(k) else ({} if k == "env" else [])
+            data[k] = json.loads(data[k]) if data.get(k) else ({} if k == "env" else None if k == "worktree" else [])
         data["created_session"] = bool(data["created_session"])
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
@@ -299,6 +309,11 @@ class Store:
         with self.transaction() as con:
             con.execute(f"UPDATE records SET {sets} WHERE id = :id", {**{k: row[k] for k in keys}, "id": rec.id})
         return rec
+
+    def delete(self, rec: Record) -> None:
+        """Forget a record (``muxhost rm``)."""
+        with self.transaction() as con:
+            con.execute("DELETE FROM records WHERE id = ?", (rec.id,))
 
     def get(self, record_id: str) -> Record | None:
         with self._errors():

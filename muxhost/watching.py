@@ -12,7 +12,8 @@ nothing changed; a change is published in one round trip: per pane ``@muxhost_ac
 ``@muxhost_waiting`` (the pane that has waited longest: the key of ``muxhost tmux-bindings``) and
 ``@muxhost_watch`` (this process, so ``ls`` knows the values are live). Each change also goes to
 the hook ``muxhost_activity_changed`` and to the caller's ``emit``; an agent that starts waiting
-gets the backend's alert (tmux: a message and the bell) unless ``watch.alert`` is false.
+gets the backend's alert (tmux: a message and the bell) unless ``watch.alert`` is false. With
+``watch.sleep_after`` (seconds), an agent idle that long is put to sleep (``muxhost sleep``).
 
 A second watch for the same server is refused (exit 4) naming the first one's pid: the lock file
 ``<state dir>/locks/watch-<server>.lock`` is held (``flock``) for the watch's life.
@@ -74,6 +75,8 @@ class Watch:
         self.looked: float | None = None       # the time of the previous pass
         self.server_values: dict[str, str | None] = {}
         self.warned = 0
+        self.sleep_after = host.config.watch("sleep_after")
+        self.sleepers: dict[tuple[str, float], Any] = {}  # (record, idle since) -> its `muxhost sleep`
         import psutil
 
         self.ident = f"{os.getpid()} {psutil.Process().create_time()}"
@@ -110,7 +113,7 @@ class Watch:
         wanted: list[str] = []
         for rec in self._records():
             pane = by_record.get(rec.id)
-            if rec.state == "stopped" or pane is None or pane.dead:
+            if rec.state in ("stopped", "asleep") or pane is None or pane.dead:
                 continue
             tree = table.tree(pane.pid)
             if not tree:
@@ -150,7 +153,10 @@ class Watch:
             if busy:
                 tr.progress = now
             tr.mark, tr.pane = pane.output_mark, pane
-            if needs_screen(agent) and (moved or tr.screen is None):
+            # a backend that cannot tell when a pane printed (no mark, no time): its screen, every
+            # pass, tells (see below)
+            blind = not pane.output_mark and pane.last_output is None
+            if blind or (needs_screen(agent) and (moved or tr.screen is None)):
                 wanted.append(pane.pane_id)
             running.append((live, tr, agent, busy, tool_busy, new))
         screens = self.backend.screens(wanted) if wanted else {}
@@ -159,7 +165,11 @@ class Watch:
         for live, tr, agent, busy, tool_busy, new in running:
             seen.add(live.rec.id)
             if live.pane.pane_id in screens:
-                tr.screen = screens[live.pane.pane_id]
+                screen = screens[live.pane.pane_id]
+                if not new and tr.screen is not None and screen != tr.screen and not live.pane.output_mark \
+                        and live.pane.last_output is None:
+                    tr.progress = now  # (a blind backend's pane: its screen changed since the last look)
+                tr.screen = screen
             ev = Evidence(ask_plugin(self.host, agent, live, tr.screen, table) if agent else None,
                           busy, tool_busy, tr.progress)
             state = judge(ev, now, self.stall_after)
@@ -182,8 +192,27 @@ class Watch:
             if tr.published is not None:  # a dead pane keeps its options: take ours back
                 self.backend.publish({tr.pane.pane_id: {ACTIVITY_OPTION: None, ACTIVITY_SINCE_OPTION: None}})
         self._publish()
+        self._sleep_idle(now)
         self.looked = now
         return changes
+
+    def _sleep_idle(self, now: float) -> None:
+        """``watch.sleep_after``: an agent idle that long is put to sleep, by a ``muxhost sleep`` of
+        its own (the watch goes on meanwhile); once per idle spell (a refusal is not retried)."""
+        if not self.sleep_after:
+            return
+        import subprocess
+
+        for key, proc in list(self.sleepers.items()):
+            if proc is not None and proc.poll() is not None:
+                self.sleepers[key] = None  # done (reaped): not again for this spell
+        for tr in self.tracks.values():
+            key = (tr.rec.id, tr.since)
+            if tr.activity == "idle" and tr.since is not None and now - tr.since >= self.sleep_after \
+                    and key not in self.sleepers:
+                self.sleepers[key] = subprocess.Popen(self.host._muxhost_argv(tr.rec, "sleep", tr.rec.id),
+                                                      env=self.host._caller_env(), stdin=subprocess.DEVNULL,
+                                                      stdout=subprocess.DEVNULL)
 
     def _changed(self, live: Live, old: str | None, new: str | None, since: float, alert: bool) -> dict[str, Any]:
         rec = live.rec

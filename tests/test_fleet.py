@@ -1,0 +1,260 @@
+"""The fleet, with the demo agent in real panes: sleep and wake (the stub, Enter, `wake`, `--idle-for`,
+`watch.sleep_after`), restore after the tmux server died, and scripted control (send, wait, read)."""
+import os
+import sqlite3
+import time
+
+import psutil
+import pytest
+
+from muxhost.testing import TmuxClient, Watching, wait_for
+
+
+def demo(mux, name, *args):
+    rec = mux.ok("launch", "demo", "--name", name, "--json", *args)
+    mux.wait_screen(rec["pane"], "demo>")
+    return rec
+
+
+def row(mux, rid):
+    return next(r for r in mux.ok("ls", "--all", "--json") if r["id"] == rid)
+
+
+def alive(pid, create_time):
+    try:
+        p = psutil.Process(pid)
+        return abs(p.create_time() - create_time) < 0.01 and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def carrying(rid):
+    """Processes (not zombies) whose environment says MUXHOST_RECORD=rid."""
+    out = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and p.environ().get("MUXHOST_RECORD") == rid:
+                out.append(p.pid)
+        except psutil.Error:
+            continue
+    return out
+
+
+def pane_process(mux, pane):
+    pid = mux.pane_pid(pane)
+    return pid, psutil.Process(pid).create_time()
+
+
+def test_sleep_keeps_the_pane_and_enter_there_wakes_the_same_conversation(mux):
+    rec = demo(mux, "sleeper")
+    pane, cid = rec["pane"], rec["conversation_id"]
+    mux.type(pane, "remember this")
+    mux.wait_screen(pane, "(turn 1)")
+    agent = pane_process(mux, pane)
+    client = TmuxClient(mux.socket, "sleeper", mux.env)  # a user attached to the agent's session
+
+    mark = client.mark()
+    out = mux.ok("sleep", "sleeper")
+    assert out.startswith("asleep sleeper ") and " exit after " in out
+    now = row(mux, rec["id"])
+    assert now["state"] == "asleep" and now["pane"] == pane and now["conversation_id"] == cid
+    assert now["resumable"] is True and now["slept_at"]
+    screen = mux.wait_screen(pane, "Enter wakes it")
+    assert f"the demo conversation {cid[:8]}… is asleep since {time.strftime('%H:')}" in screen
+    # nothing of the agent is left: its process, and everything that carries its record
+    assert not alive(*agent)
+    assert carrying(rec["id"]) == []
+    stub = psutil.Process(mux.pane_pid(pane))
+    assert stub.memory_info().rss < 40 * 2**20, "the stub is small"
+    assert [r["state"] for r in mux.ok("ls", "--json") if r["id"] == rec["id"]] == ["asleep"]
+
+    try:  # the user's client stayed where it was, and sees the stub
+        client.wait_text("Enter wakes it", since=mark)
+        assert "[exited]" not in client.text_since(mark) and "[detached" not in client.text_since(mark)
+        client.press(b"\r")
+        screen = mux.wait_screen(pane, f"resumed conversation {cid}")
+    finally:
+        client.close()
+    woke = wait_for(lambda: (lambda r: r if r["state"] == "running" else None)(row(mux, rec["id"])),
+                    what="the record running again")
+    assert woke["pane"] == pane and woke["conversation_id"] == cid and woke["conversations"] == [cid]
+    mux.type(pane, "and again")
+    mux.wait_screen(pane, "(turn 2)")  # the same conversation goes on
+    # the wake left nothing behind: the stub, and the muxhost that woke it, are gone
+    assert not alive(stub.pid, stub.create_time())
+    wait_for(lambda: not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"]
+                          and "wake" in p.info["cmdline"] and rec["id"] in p.info["cmdline"]],
+             timeout=10, what="the wake process gone")
+
+
+def test_wake_and_stop_of_an_asleep_agent(mux):
+    rec = demo(mux, "nap")
+    pane = rec["pane"]
+    mux.ok("sleep", rec["id"])
+    mux.wait_screen(pane, "Enter wakes it")
+    again = mux.run("sleep", rec["id"])
+    assert again.rc == 0 and "was asleep already" in again.out
+
+    t0 = time.monotonic()
+    woke = mux.ok("wake", rec["id"], "--json")
+    assert time.monotonic() - t0 < 10
+    assert woke["state"] == "running" and woke["pane"] == pane
+    mux.wait_screen(pane, f"resumed conversation {rec['conversation_id']}")
+
+    mux.ok("sleep", rec["id"])
+    stub = pane_process(mux, mux.wait_screen(pane, "Enter wakes it") and pane)
+    stopped = mux.ok("stop", rec["id"], "--json")
+    assert stopped["state"] == "stopped"
+    assert not alive(*stub), "stop ends the stub"
+    assert not mux.has_session("nap")
+    # and `resume` wakes too (the same as wake)
+    mux.ok("resume", rec["id"])
+    mux.ok("sleep", rec["id"])
+    mux.ok("resume", rec["id"])
+    assert row(mux, rec["id"])["state"] == "running"
+
+
+def test_a_wake_that_fails_says_why_on_the_stub_and_nothing_runs(mux):
+    rec = demo(mux, "gone")
+    pane = rec["pane"]
+    mux.ok("sleep", "gone")
+    mux.wait_screen(pane, "Enter wakes it")
+    conv = next((mux.home / ".local" / "share" / "muxhost-demo").rglob(f"{rec['conversation_id']}*"))
+    conv.unlink()  # the conversation went from disk while it slept
+    mux.type(pane, "", enter=True)
+    screen = mux.wait_screen(pane, "Enter tries again")
+    assert "no longer exists" in screen
+    assert row(mux, rec["id"])["state"] == "asleep"
+
+
+def test_sleep_is_refused_for_an_agent_with_no_conversation_to_wake(mux, stubborn_config):
+    rec = mux.ok("launch", "stubborn", "--json")
+    mux.wait_screen(rec["pane"], "stubborn")
+    agent = pane_process(mux, rec["pane"])
+    r = mux.run("sleep", rec["id"])
+    assert r.rc == 4 and "no conversation on disk" in r.err and r.err.count("\n") == 1
+    assert alive(*agent) and row(mux, rec["id"])["state"] == "running"
+
+
+def test_purging_an_asleep_conversation_takes_its_stub_too(mux):
+    rec = demo(mux, "purged")
+    mux.ok("sleep", "purged")
+    stub = pane_process(mux, mux.wait_screen(rec["pane"], "Enter wakes it") and rec["pane"])
+    mux.ok("purge", "purged", "--yes")
+    assert row(mux, rec["id"])["state"] == "stopped"
+    assert not alive(*stub)
+
+
+def test_sleep_idle_for_sleeps_only_the_idle_ones(mux):
+    idle = demo(mux, "idle")
+    busy = demo(mux, "busy")
+    mux.type(busy["pane"], "/work 8")
+    mux.wait_screen(busy["pane"], "working for 8 s")
+    time.sleep(2.5)
+    out = mux.ok("sleep", "--idle-for", "2s", "--json")
+    assert [r["id"] for r in out] == [idle["id"]]
+    assert row(mux, idle["id"])["state"] == "asleep" and row(mux, busy["id"])["state"] == "running"
+    assert mux.run("sleep", "--idle-for", "soon").rc == 2
+    assert mux.run("sleep").rc == 2
+
+
+def test_the_watch_puts_idle_agents_to_sleep(mux):
+    mux.config.write_text("watch:\n  interval: 0.3\n  sleep_after: 1\n")
+    rec = demo(mux, "dozy")
+    with Watching(mux) as w:
+        wait_for(lambda: row(mux, rec["id"])["state"] == "asleep", timeout=15, what="asleep by the watch")
+        mux.wait_screen(rec["pane"], "Enter wakes it")
+    assert ("idle", None) in [(c["old"], c["new"]) for c in w.changes]
+
+
+def test_restore_after_the_server_died(mux):
+    a = demo(mux, "alpha")
+    b = demo(mux, "beta")
+    c = demo(mux, "gamma")
+    mux.ok("launch", "demo", "--name", "delta", "--target", "alpha")  # a window of alpha's session
+    mux.ok("sleep", "beta")
+    conv = next((mux.home / ".local" / "share" / "muxhost-demo").rglob(f"{c['conversation_id']}*"))
+    conv.unlink()
+    mux.tmux("kill-server")
+
+    dry = mux.ok("restore", "--dry-run", "--json")
+    by_name = {e["name"]: e for e in dry}
+    assert by_name["alpha"]["action"] == by_name["beta"]["action"] == by_name["delta"]["action"] == "would restore"
+    assert by_name["gamma"]["action"] == "skipped" and "no longer exists" in by_name["gamma"]["reason"]
+    assert not mux.has_session("alpha"), "--dry-run starts nothing"
+
+    out = mux.run("restore")
+    assert out.rc == 0, out.err
+    assert "not restored: gamma" in out.out
+    for name in ("alpha", "beta"):
+        assert mux.has_session(name)
+    records = {r["name"]: r for r in mux.ok("ls", "--all", "--json")}
+    for name, was in (("alpha", a), ("beta", b)):
+        assert records[name]["state"] == "running" and records[name]["conversation_id"] == was["conversation_id"]
+        mux.wait_screen(records[name]["pane"], f"resumed conversation {was['conversation_id']}")
+    assert records["delta"]["session"] == "alpha", "delta goes back into alpha's session"
+    assert records["gamma"]["state"] == "lost"
+
+    again = mux.ok("restore", "--json")
+    assert [e["action"] for e in again] == ["skipped"]  # gamma, still; nothing started twice
+    panes = mux.tmux("list-panes", "-a", "-F", "#{@muxhost_record}")
+    assert sorted(panes) == sorted(r["id"] for r in records.values() if r["name"] != "gamma")
+
+
+@pytest.mark.every_backend
+def test_send_wait_read(mux):
+    rec = mux.ok("launch", "demo", "--json")
+    mux.wait_screen(rec["pane"], "demo>")
+    ref = rec["id"]
+    t0 = time.monotonic()
+    mux.ok("send", ref, "/work 2")
+    mux.ok("wait", ref, "--until", "idle", "--timeout", "30")
+    assert time.monotonic() - t0 >= 2.0, "wait returned before the work was done"
+    assert "done after 2 s" in mux.ok("read", ref)
+    assert mux.ok("read", ref, "--lines", "1").strip() == "demo>"
+
+    mux.ok("send", ref, "/ask")
+    mux.ok("wait", ref, "--until", "waiting", "--timeout", "10")
+    r = mux.run("wait", ref, "--until", "idle", "--timeout", "1")
+    assert r.rc == 1 and "not idle after 1s (it is waiting)" in r.err
+    mux.ok("send", ref, "y")
+    mux.ok("wait", ref, "--until", "idle", "--timeout", "10")
+
+    assert mux.run("send", ref, "two\nlines").rc == 2
+    mux.ok("send", ref, "/exit")
+    assert mux.ok("wait", ref, "--until", "exited", "--timeout", "10", "--json")["state"] in ("exited", "lost")
+    r = mux.run("send", ref, "hello?")
+    assert r.rc == 4 and "no agent to type into" in r.err
+    r = mux.run("wait", ref, "--until", "idle", "--timeout", "5")
+    assert r.rc == 4
+
+
+def test_send_reads_text_from_stdin(mux):
+    rec = demo(mux, "stdin")
+    mux.ok("send", "stdin", "-", input="from a pipe\n")
+    mux.wait_screen(rec["pane"], "heard 11 characters")
+
+
+def test_sleep_leaves_no_process_of_a_stubborn_agent_and_the_pane_stays(mux, tmp_path):
+    """The ladder's guarantee holds for sleep: an agent that ignores /exit, SIGHUP and SIGTERM, with a
+    grandchild that left its session, is gone entirely; only muxhost's stub runs in its pane."""
+    import sys
+    from pathlib import Path
+
+    pidfile = tmp_path / "stubborn.pids"
+    script = Path(__file__).parent / "agents" / "stubborn.py"
+    mux.config.write_text(
+        "stop:\n  exit_grace: 0.5\n  term_grace: 0.5\n  hup_grace: 0.5\n"
+        "agents:\n  stubborn:\n"
+        f"    command: [{sys.executable}, {script}, {pidfile}, '{{conversation_id}}']\n"
+        f"    resume: [{sys.executable}, {script}, {pidfile}, '{{conversation_id}}']\n"
+        "    process_names: [stubborn.py]\n")
+    rec = mux.ok("launch", "stubborn", "--json")
+    wait_for(pidfile.exists, what="the stubborn agent's pid file")
+    pids = [int(x) for x in pidfile.read_text().split()]
+    assert os.getsid(pids[2]) != os.getsid(pids[0])
+    out = mux.ok("sleep", rec["id"], "--json")
+    assert out["state"] == "asleep" and out["outcome"] == "kill"
+    assert [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE] == []
+    mux.wait_screen(rec["pane"], "Enter wakes it")
+    assert row(mux, rec["id"])["pane"] == rec["pane"]
