@@ -207,7 +207,8 @@ class LaunchOps:
             if not agent.exists(ctx, cid):
                 raise NotFound(f"conversation {cid} of agent {agent.name} no longer exists")
             self.store.update(rec, launched_at=time.time())
-            reuse = live.pane is not None and (live.pane.dead or live.state == "asleep") and not (target or split)
+            reuse = (live.pane is not None and (live.pane.dead or live.state == "asleep") and not (target or split)
+                     and self.backend_of(rec).keeps_dead_panes)  # (herdr: no pane to start in again)
             started = self._start(rec, agent, launch, target=target, split=split,
                                   respawn_pane=live.pane.pane_id if reuse else None, session_name=session_name)
             if live.state == "asleep" and live.pane is not None and not reuse:  # woken elsewhere: no stub left

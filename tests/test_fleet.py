@@ -258,3 +258,24 @@ def test_sleep_leaves_no_process_of_a_stubborn_agent_and_the_pane_stays(mux, tmp
     assert [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE] == []
     mux.wait_screen(rec["pane"], "Enter wakes it")
     assert row(mux, rec["id"])["pane"] == rec["pane"]
+
+
+@pytest.mark.every_backend
+def test_sleep_and_wake_on_every_backend(mux):
+    rec = mux.ok("launch", "demo", "--json")
+    mux.wait_screen(rec["pane"], "demo>")
+    agent = pane_process(mux, rec["pane"])
+    asleep = mux.ok("sleep", rec["id"], "--json")
+    assert asleep["state"] == "asleep" and not alive(*agent)
+    stub_pane = row(mux, rec["id"])["pane"]
+    mux.wait_screen(stub_pane, "Enter wakes it")
+    mux.type(stub_pane, "", enter=True)  # Enter, in the stub's pane
+    woke = wait_for(lambda: (lambda r: r if r["state"] == "running" else None)(row(mux, rec["id"])),
+                    timeout=20, what="awake")
+    mux.wait_screen(woke["pane"], f"resumed conversation {rec['conversation_id']}")
+    assert woke["conversation_id"] == rec["conversation_id"]
+    mux.ok("sleep", rec["id"])
+    mux.ok("wake", rec["id"])
+    live = [r for r in mux.ok("ls", "--json") if r["id"] == rec["id"]]
+    assert [r["state"] for r in live] == ["running"]
+    mux.ok("stop", rec["id"])
