@@ -16,7 +16,9 @@ What it knows about the CLI (checked against claude 2.1.197):
   ``<realpath>.lock``) before it writes ``history.jsonl`` or the global config.
 - The live registry ``sessions/<pid>.json`` (``pid``, ``sessionId``, ``cwd``, ``startedAt`` in ms,
   ``procStart`` = field 22 of ``/proc/<pid>/stat``) names the conversation a running claude is in; it
-  follows ``/clear`` and ``/resume``; it is removed on a clean exit and left behind by SIGKILL.
+  follows ``/clear`` and ``/resume``; it is removed on a clean exit and left behind by SIGKILL. claude
+  rewrites it in place (not atomically) with its UI's ``status``: ``busy``, ``waiting`` (+ ``waitingFor``),
+  ``idle``, ``shell`` — the source of :meth:`ClaudeAgent.activity`.
 - Sub-agents (the Agent / Task tool) are no conversations of their own: they carry the parent's
   ``sessionId`` and live in its folders (``projects/<folder>/<id>/subagents/``, ``<tmp>/…/<id>/tasks/``),
   so the parent's artifacts take them and ``children`` stays ``[]``. No claude command deletes one
@@ -41,7 +43,8 @@ import muxhost
 from muxhost.agent import UUID_PATTERN, AgentContext, Launch
 from muxhost.artifacts import Dir, File, JsonMember, Leftover, Lines, MkdirLock
 
-__all__ = ["ClaudeAgent", "project_folder_name", "java_string_hash", "registry_entry_live", "muxhost_register_agents"]
+__all__ = ["ClaudeAgent", "project_folder_name", "java_string_hash", "registry_entry_live", "registry_activity",
+           "transcript_activity", "muxhost_register_agents"]
 
 _MAX_FOLDER = 200
 # config-dir folders never scanned for per-conversation entries: shared by every conversation of a
@@ -181,6 +184,66 @@ def _json_refs(obj: Any, cid: str, path: tuple = ()) -> list[tuple]:
 
 
 # --------------------------------------------------------------------------------------------------
+# activity
+
+#: the registry's ``status`` (claude's own word, rewritten as its UI changes) -> muxhost's
+_STATUS = {"busy": "working", "waiting": "waiting", "idle": "idle", "shell": "idle"}  # shell: idle, a background shell runs
+_TAIL = 256 * 1024  # the bytes of a transcript's end that are read
+
+
+def registry_activity(entry: dict) -> str | None:
+    """What a live registry entry's ``status`` says: ``busy`` (a request, a tool or a sub-agent in
+    flight) is working; ``waiting`` is waiting, unless it is only a dialog the user opened (a slash
+    command's: claude asks nothing, ``waitingFor: "dialog open"``); ``idle`` and ``shell`` are idle."""
+    status = entry.get("status")
+    if status == "waiting" and entry.get("waitingFor") == "dialog open":
+        return "idle"
+    return _STATUS.get(status) if isinstance(status, str) else None
+
+
+def transcript_activity(path: Path) -> str | None:
+    """What the end of a transcript says (when the registry says nothing): the last complete line
+    of the conversation's own turn, read back from the end of the file (its last :data:`_TAIL` bytes;
+    a half-written last line is left out). A prompt or a tool result is an open turn (``working``),
+    so is an answer that calls a tool; an answer that stops otherwise, an interrupt or
+    ``turn_duration`` is ``idle``. Sub-agents' lines (``isSidechain``) and bookkeeping lines are
+    skipped: a sub-agent that ends never closes the parent's turn. Nothing decisive: None."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(size - _TAIL, 0))
+            data = f.read(_TAIL)
+    except OSError:
+        return None
+    lines = data.split(b"\n")[:-1]  # (the last piece has no newline yet: half-written, or empty)
+    if size > _TAIL and lines:
+        lines = lines[1:]  # (the first piece may be the end of a line)
+    for raw in reversed(lines):
+        try:
+            e = json.loads(raw)
+        except ValueError:
+            continue
+        if not isinstance(e, dict) or e.get("isSidechain"):
+            continue
+        kind, msg = e.get("type"), e.get("message") if isinstance(e.get("message"), dict) else {}
+        content = msg.get("content")
+        blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+        if kind == "system" and e.get("subtype") == "turn_duration":
+            return "idle"
+        if kind == "assistant":
+            if msg.get("stop_reason") == "tool_use" or any(b.get("type") == "tool_use" for b in blocks):
+                return "working"
+            return "idle" if isinstance(msg.get("stop_reason"), str) or e.get("isApiErrorMessage") else None
+        if kind == "user":
+            text = content if isinstance(content, str) else next(
+                (b["text"] for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str)), "")
+            if text.startswith(("<command-name>", "<local-command-")):
+                continue  # a local slash command's lines (its output, the caveat): no turn
+            return "idle" if text.startswith("[Request interrupted by user") else "working"
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
 # where things are, for one context
 
 class ClaudePaths:
@@ -248,6 +311,7 @@ class ClaudeAgent(muxhost.Agent):
     install_hint = "npm install -g @anthropic-ai/claude-code, or set agents.claude.binary in config.yaml"
     process_names = ("claude", "claude.exe")
     resident_children = ()
+    activity_reads_screen = False  # (the registry's status says "waiting" when the screen asks)
     exit_text = "/exit"
     id_pattern = UUID_PATTERN
 
@@ -297,6 +361,28 @@ class ClaudeAgent(muxhost.Agent):
         if ctx.conversation_id and ctx.conversation_id not in claimed:
             return ctx.conversation_id
         return None
+
+    def activity(self, ctx: AgentContext, screen: str | None) -> str | None:
+        """claude's own ``status`` in the live registry of the pane's claude (its start time checked):
+        :func:`registry_activity`. No live entry, or none with a status (a torn read: claude rewrites
+        the file in place): the end of the conversation's own transcript, :func:`transcript_activity`
+        (it cannot see a permission prompt: a tool call waiting for one is ``working``)."""
+        paths, cid = ClaudePaths(ctx), ctx.conversation_id
+        for pid in ctx.pids or ():
+            try:
+                entry = json.loads((paths.sessions / f"{int(pid)}.json").read_bytes())
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError):
+                break
+            if isinstance(entry, dict) and registry_entry_live(entry, pid):
+                answer = registry_activity(entry)
+                if answer is not None:
+                    return answer
+                cid = entry.get("sessionId") if self.valid_id(entry.get("sessionId")) else cid
+            break
+        transcript = paths.transcript(cid) if cid and ctx.cwd else None
+        return transcript_activity(transcript) if transcript else None
 
     def exists(self, ctx: AgentContext, conversation_id: str) -> bool:
         paths = ClaudePaths(ctx)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,6 +24,11 @@ MAKE_STUFF = "MUXHOST_MAKE_STUFF"
 SUBAGENT_PROMPT = "MUXHOST_SUBAGENT_WORK"
 BACKGROUND = "MUXHOST_BACKGROUND"
 SPAWN_CHILD = "MUXHOST_SPAWN_CHILD"
+SLOW = "MUXHOST_SLOW"                    # "MUXHOST_SLOW <s>": a text answer streamed over <s> seconds
+ASK_BASH = "MUXHOST_ASK_BASH"            # a Bash call (asks for permission unless settings allow Bash)
+SUB_THEN_SLOW = "MUXHOST_SUB_THEN_SLOW"  # "… <s>": a quick sub-agent, then an answer streamed over <s> s
+QUICK_SUB = "MUXHOST_QUICK_SUB"          # a sub-agent that answers at once
+ASKED_FILE = "asked-for.txt"
 CREATED_FILE = "made-by-claude.txt"
 SUB_FILE = "made-by-subagent.txt"
 
@@ -64,9 +70,15 @@ class FakeAnthropic:
     - a turn whose prompt is ``MUXHOST_SPAWN_CHILD <text reversed>`` runs a sub-agent whose prompt holds
       the text (the right way round: only the sub-agent's files and the call itself hold it), then
       answers "child done";
+    - ``MUXHOST_SLOW <s>``: a text answer streamed over ``<s>`` seconds, ending "slow done";
+    - ``MUXHOST_ASK_BASH``: calls ``Bash`` (``touch asked-for.txt``), then answers "bash done";
+    - ``MUXHOST_SUB_THEN_SLOW <s>``: runs a sub-agent that answers at once ("sub-agent done"), then
+      streams its own answer over ``<s>`` seconds, ending "parent done";
     - anything else (titles, plain prompts) gets a short text answer.
 
-    Every request body is kept in ``self.requests`` (for the tests and for debugging).
+    Every request is kept in ``self.requests`` (path, headers, body; ``answer`` and ``stop``: the text and
+    the stop reason it is given; ``t``: its arrival, ``sent``: the end of its answer, None until then, both
+    ``time.monotonic()``); every finished turn in ``self.turns``.
     """
 
     def __init__(self, cwd_hint: str | None = None):
@@ -101,22 +113,30 @@ class FakeAnthropic:
                 except ValueError:
                     body = {}
                 path = self.path.split("?")[0]
+                entry = {"path": self.path, "headers": dict(self.headers), "body": body, "t": time.monotonic(),
+                         "sent": None}
                 with outer.lock:
-                    outer.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                    outer.requests.append(entry)
                 if path.endswith("/count_tokens"):
                     return self._json(200, {"input_tokens": 10})
                 if not path.endswith("/v1/messages"):
                     return self._json(200, {})
                 blocks, stop = outer.answer(body)
+                entry["answer"], entry["stop"] = "".join(b.get("text", "") for b in blocks), stop
+                try:
+                    if body.get("stream"):
+                        self._stream(body, blocks, stop)
+                    else:
+                        self._json(200, outer.message(body, blocks, stop))
+                except (BrokenPipeError, ConnectionResetError):  # the client went away mid-answer
+                    return
+                entry["sent"] = time.monotonic()
                 if stop == "end_turn":
                     prompts = [m for m in body.get("messages") or () if m.get("role") == "user" and not _is_tool_result(m)]
                     with outer.lock:
                         outer.turns.append({"prompt": _text_of(prompts[-1].get("content")) if prompts else "",
-                                            "text": "".join(b.get("text", "") for b in blocks)})
-                if body.get("stream"):
-                    self._stream(body, blocks, stop)
-                else:
-                    self._json(200, outer.message(body, blocks, stop))
+                                            "text": "".join(b.get("text", "") for b in blocks),
+                                            "t": entry["sent"]})
 
             def _json(self, code: int, obj: Any):
                 data = json.dumps(obj).encode()
@@ -127,13 +147,35 @@ class FakeAnthropic:
                 self.wfile.write(data)
 
             def _stream(self, body: dict, blocks: list[dict], stop: str):
+                """The events of one answer; a text block with ``pace`` streams its words one delta
+                every ``pace`` seconds (chunked, flushed as they go), the rest in one write."""
+                paced = any(b.get("pace") for b in blocks)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                if paced:
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
                 out = [_sse("message_start", {"type": "message_start", "message": outer.message(body, [], None)})]
+
+                def flush():
+                    data = b"".join(out)
+                    out.clear()
+                    if data:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                        self.wfile.flush()
+
                 for i, b in enumerate(blocks):
                     if b["type"] == "text":
                         out.append(_sse("content_block_start", {"type": "content_block_start", "index": i,
                                                                 "content_block": {"type": "text", "text": ""}}))
-                        out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": i,
-                                                                "delta": {"type": "text_delta", "text": b["text"]}}))
+                        pieces = [w + " " for w in b["text"].split(" ")] if b.get("pace") else [b["text"]]
+                        for piece in pieces:
+                            out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": i,
+                                                                    "delta": {"type": "text_delta", "text": piece}}))
+                            if b.get("pace"):
+                                flush()
+                                time.sleep(b["pace"])
                     else:
                         out.append(_sse("content_block_start", {"type": "content_block_start", "index": i,
                                                                 "content_block": {"type": "tool_use", "id": b["id"],
@@ -146,10 +188,12 @@ class FakeAnthropic:
                                                   "delta": {"stop_reason": stop, "stop_sequence": None},
                                                   "usage": {"output_tokens": 12}}))
                 out.append(_sse("message_stop", {"type": "message_stop"}))
+                if paced:
+                    flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                    return
                 data = b"".join(out)
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Cache-Control", "no-cache")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -199,6 +243,12 @@ class FakeAnthropic:
             return [{"type": "text", "text": f"calling {name}"},
                     {"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:20], "name": name, "input": inp}], "tool_use"
 
+        def slow(seconds: float, last_words: str) -> tuple[list[dict], str]:
+            words = max(int(seconds / 0.25), 1)  # a word every 0.25 s
+            return [{"type": "text", "text": " ".join(["streaming"] * words + [last_words]), "pace": seconds / words}], "end_turn"
+
+        if QUICK_SUB in first_prompt:
+            return [{"type": "text", "text": "sub-agent done"}], "end_turn"
         if SUBAGENT_PROMPT in first_prompt:
             if steps_done == 0 and cwd:
                 return tool("Write", {"file_path": os.path.join(cwd, SUB_FILE), "content": "sub-agent was here\n"})
@@ -215,6 +265,17 @@ class FakeAnthropic:
                 return tool(agent_tool, {"description": "muxhost child", "subagent_type": "general-purpose",
                                          "prompt": f"{SUBAGENT_PROMPT}: {text}"})
             return [{"type": "text", "text": "child done"}], "end_turn"
+        if SUB_THEN_SLOW in last_prompt and agent_tool:
+            if steps_done == 0:
+                return tool(agent_tool, {"description": "muxhost quick child", "subagent_type": "general-purpose",
+                                         "prompt": f"{QUICK_SUB}: answer at once"})
+            return slow(_seconds(last_prompt, SUB_THEN_SLOW), "parent done")
+        if SLOW in last_prompt:
+            return slow(_seconds(last_prompt, SLOW), "slow done")
+        if ASK_BASH in last_prompt:
+            if steps_done == 0:
+                return tool("Bash", {"command": f"touch {ASKED_FILE}", "description": "make the asked-for file"})
+            return [{"type": "text", "text": "bash done"}], "end_turn"
         if MAKE_STUFF in last_prompt:
             plan = []
             if cwd:
@@ -245,6 +306,15 @@ class FakeAnthropic:
             if m:
                 return m.group(1)
         return self.cwd_hint
+
+
+def _seconds(prompt: str, word: str, default: float = 6.0) -> float:
+    """The number after ``word`` in ``prompt`` (``MUXHOST_SLOW 8`` -> 8.0), else ``default``."""
+    rest = prompt.split(word, 1)[1].split()
+    try:
+        return float(rest[0]) if rest else default
+    except ValueError:
+        return default
 
 
 # --------------------------------------------------------------------------------------------------
