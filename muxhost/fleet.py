@@ -30,7 +30,7 @@ UNTIL = ("idle", "waiting", "exited")
 #: seconds after a `send` in which `idle` (what an agent typed into was, most likely) does not count
 #: for `wait` — it may not have started on the text yet — unless another state was seen meanwhile
 SETTLE = 3.0
-WAIT_INTERVAL = 0.25
+WAIT_INTERVAL = 0.5  # seconds between two looks of `wait` (one pane query, one process-table pass)
 ASLEEP_ALREADY = "it was asleep already"
 
 
