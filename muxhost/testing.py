@@ -702,6 +702,8 @@ class AgentContract:
       a purge while it runs exits 4 and HOME and the XDG dirs are unchanged byte for byte; stop ends
       with ``exit`` and no survivors (every pid of the record, every process carrying
       ``MUXHOST_RECORD``); ``exists`` (``resumable`` when stopped); resume → the same id.
+    - ``test_sleep_frees_the_agent_and_enter_wakes_it_in_its_pane``: ``sleep`` leaves no process of
+      the agent and the pane shows the stub; Enter there resumes the same conversation in that pane.
     - ``test_two_agents_in_one_cwd_keep_their_own_conversations``: two agents in one folder each keep
       their own id through several ``ls``, and each id's plan names the files holding its own text.
     - ``test_purge_refuses_while_resumed_outside_muxhost``: the plugin's resume command typed into a
@@ -894,6 +896,32 @@ class AgentContract:
         row = self._row(mux, "resume", rec["id"])
         assert row["state"] == "running" and row["conversation_id"] == cid, \
             f"[resume] after a turn in the resumed agent `ls` shows {row}, not conversation {cid}"
+
+    def test_sleep_frees_the_agent_and_enter_wakes_it_in_its_pane(self, mux: Mux) -> None:
+        from muxhost import procs
+
+        work = self._begin(mux)
+        rec = self._launch(mux, work, unique_text("sleeper"))
+        cid = self._row(mux, "sleep", rec["id"])["conversation_id"]
+        shown = self._ok(mux, "sleep", "show", rec["id"], "--json")
+        table = procs.ProcessTable.snapshot()
+        keys = {p.key for pid in {*shown["pids"], *(q["pid"] for q in shown["processes"])}
+                if (p := table.get(pid)) is not None}
+        asleep = self._ok(mux, "sleep", "sleep", rec["id"], "--json")
+        assert asleep["state"] == "asleep", f"[sleep] `muxhost sleep` gave {asleep}"
+        survivors = procs.alive(keys) + _carrying(procs.RECORD_ENV, rec["id"])
+        assert not survivors, f"[sleep] processes of the agent survived its sleep: {sorted(survivors)}"
+        row = self._row(mux, "sleep", rec["id"])
+        assert row["state"] == "asleep" and row["conversation_id"] == cid, f"[sleep] `ls` shows {row}"
+        pane = row["pane"]
+        mux.wait_screen(pane, "Enter wakes it")
+        mux.type(pane, "", enter=True)
+        wait_for(lambda: self._row(mux, "wake", rec["id"])["state"] == "running", timeout=30,
+                 what="[wake] the record running again after Enter in its pane")
+        self.converse(mux, pane, unique_text("woken"))
+        row = self._row(mux, "wake", rec["id"])
+        assert row["pane"] == pane and row["conversation_id"] == cid, \
+            f"[wake] after Enter and a turn `ls` shows {row}, not conversation {cid} in pane {pane}"
 
     def test_two_agents_in_one_cwd_keep_their_own_conversations(self, mux: Mux) -> None:
         work = self._begin(mux)
