@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from pathlib import Path
 
 import muxhost
@@ -212,6 +213,109 @@ def _parse_ts_ms(value: object) -> int | None:
         return None
 
 
+# -- activity: the rollout's last turn event, and the screen --------------------------------------
+
+#: rollout ``event_msg`` types that open a turn, and that close one
+TURN_OPEN = ("task_started", "turn_started")
+TURN_CLOSED = ("task_complete", "turn_complete", "turn_aborted")
+_TURN_TYPES = tuple(f'"{t}"'.encode() for t in TURN_OPEN + TURN_CLOSED)
+#: the last line of the TUI's approval prompts (command, edits, permissions, MCP), and words one
+#: of them shows above it; the last line of its questions (``request_user_input``)
+APPROVAL_FOOTER = "Press enter to confirm or esc to cancel"
+APPROVAL_WORDS = ("Would you like to ", "needs your approval", "Yes, proceed (y)")
+QUESTION_FOOTER = re.compile(r"enter to submit (answer|all)")
+_TAIL = 1 << 16       # bytes read back from a rollout's end at first, looking for its last turn event
+_TAIL_MAX = 1 << 24   # and at most
+_turns: dict[str, tuple[tuple[int, int], int, tuple[bool, float] | None]] = {}  # path -> (inode, size), read to, turn
+_rollout_paths: dict[str, Path] = {}  # thread id -> its rollout
+_sub_agents: dict[str, bool] = {}  # thread id -> its rollout's session_meta names a parent
+
+
+def asks_user(screen: str) -> bool:
+    """True when the TUI's screen ends in an approval prompt or a question for the user."""
+    last = next((ln.strip() for ln in reversed(screen.splitlines()) if ln.strip()), "")
+    return bool(QUESTION_FOOTER.search(last)) or (APPROVAL_FOOTER in last and any(w in screen for w in APPROVAL_WORDS))
+
+
+def last_turn(path: Path) -> tuple[bool, float] | None:
+    """``(open, when)`` of the last turn event of a rollout: open after ``task_started``, closed
+    after ``task_complete`` / ``turn_aborted``; None when it has none or cannot be read. Cheap to
+    call every second: complete lines only (a line codex is still writing waits for the next call),
+    and only what was appended since the last call (the first time, back from the end until a
+    turn event, at most :data:`_TAIL_MAX` bytes)."""
+    key = str(path)
+    try:
+        st = os.stat(path)
+        ident, offset, turn = _turns.get(key, ((0, 0), 0, None))
+        if ident == (st.st_ino, st.st_size):
+            return turn
+        with open(path, "rb") as f:
+            if ident[0] != st.st_ino or st.st_size < offset:  # new to us, or rewritten
+                size = _TAIL
+                while True:
+                    start = max(0, st.st_size - size)
+                    f.seek(start)
+                    data = f.read(st.st_size - start)
+                    end = data.rfind(b"\n") + 1  # (the first line read may be cut: skipped)
+                    turn, offset = _turn_in(data[:end].split(b"\n")[1 if start else 0:]), start + end
+                    if turn is not None or start == 0 or size >= _TAIL_MAX:
+                        break
+                    size *= 4
+            else:
+                f.seek(offset)
+                data = f.read(st.st_size - offset)
+                end = data.rfind(b"\n") + 1
+                turn, offset = _turn_in(data[:end].split(b"\n")) or turn, offset + end
+    except OSError:
+        return None
+    _turns[key] = ((st.st_ino, st.st_size if offset == st.st_size else -1), offset, turn)
+    return turn
+
+
+def _turn_in(lines: list[bytes]) -> tuple[bool, float] | None:
+    for line in reversed(lines):
+        if b"event_msg" not in line or not any(t in line for t in _TURN_TYPES):
+            continue
+        try:
+            d = json.loads(line)
+            kind = d["payload"]["type"] if d.get("type") == "event_msg" else None
+        except (ValueError, TypeError, KeyError, AttributeError):
+            continue  # a line cut short, or not an event
+        if kind in TURN_OPEN or kind in TURN_CLOSED:
+            return kind in TURN_OPEN, (_parse_ts_ms(d.get("timestamp")) or 0) / 1000
+    return None
+
+
+def rollout_of(ctx: AgentContext, home: Path, tid: str) -> Path | None:
+    """The live rollout of thread ``tid``: its ``threads.rollout_path`` (one primary-key lookup),
+    else in the ``sessions/`` folders of the days its id (a UUIDv7) and today name; remembered once
+    found. None before its first prompt."""
+    from datetime import datetime, timezone
+
+    from muxhost.kit import sqlite
+
+    path = _rollout_paths.get(tid)
+    if path is not None and path.is_file():
+        return path
+    try:
+        found = [Path(r[0]) for r in sqlite.rows(_state_db(ctx, home), "select rollout_path from threads where id = ?",
+                                                  (tid,), timeout=0.2) if isinstance(r[0], str)]
+    except sqlite.DatabaseError:
+        found = []
+    if not (found and found[0].is_file()):
+        try:
+            stamps = (int(tid.replace("-", "")[:12], 16) / 1000, time.time())
+            days = {d.strftime("%Y/%m/%d") for t in stamps for d in (datetime.fromtimestamp(t),
+                                                                   datetime.fromtimestamp(t, timezone.utc))}
+        except (ValueError, OverflowError, OSError):
+            days = set()
+        found = sorted(p for d in days for p in (home / "sessions" / d).glob(f"rollout-*-{tid}.jsonl"))
+    if found and found[0].is_file():
+        _rollout_paths[tid] = found[0]
+        return found[0]
+    return None
+
+
 # -- the agent -----------------------------------------------------------------------------------
 
 
@@ -268,8 +372,6 @@ class CodexAgent(Agent):
     @staticmethod
     def _held_by(home: Path, pids: list[int]) -> dict[str, float]:
         """{thread id: lock file ctime} for the writer locks and rollouts ``pids`` have open."""
-        import time
-
         import psutil
 
         from muxhost.kit import holders
@@ -351,6 +453,55 @@ class CodexAgent(Agent):
             if tid not in ctx.claimed and self.valid_id(tid):
                 return tid
         return None
+
+    # -- activity -------------------------------------------------------------------------------
+
+    def activity(self, ctx: AgentContext, screen: str | None) -> str | None:
+        """``waiting`` while the screen ends in an approval prompt or a question (codex writes
+        neither to its rollout). Else the rollout of the record's thread (not known yet: of the
+        top-level thread the agent holds): ``working`` while its last turn is open (a request or a
+        tool in flight), or closed while a sub-agent's is open; ``idle`` once closed. A turn opened
+        before this launch (a killed codex left it) is closed. No rollout yet: no opinion."""
+        if screen is not None and asks_user(screen):
+            return "waiting"
+        home = codex_home(ctx)
+        tid = ctx.conversation_id or self._held_root(ctx, home)
+        path = rollout_of(ctx, home, tid) if tid else None
+        turn = last_turn(path) if path else None
+        if turn is None:
+            return None
+        if self._open(turn, ctx) or self._sub_agent_working(ctx, home, tid):
+            return "working"
+        return "idle"
+
+    @staticmethod
+    def _open(turn: tuple[bool, float] | None, ctx: AgentContext) -> bool:
+        """An open turn of this launch (one opened before it was left by a codex that is gone)."""
+        return bool(turn and turn[0] and not (ctx.launched_at and turn[1] and turn[1] < ctx.launched_at))
+
+    def _held_root(self, ctx: AgentContext, home: Path) -> str | None:
+        """The newest thread the agent holds whose rollout names no parent (none yet counts)."""
+        for tid in reversed(self.held_threads(ctx, home)):
+            if tid not in _sub_agents:
+                path = rollout_of(ctx, home, tid)
+                if path is None:
+                    return tid
+                _sub_agents[tid] = bool(_parent(session_meta(path)))
+            if not _sub_agents[tid]:
+                return tid
+        return None
+
+    def _sub_agent_working(self, ctx: AgentContext, home: Path, tid: str) -> bool:
+        """True when a sub-agent ``tid`` spawned (a spawn edge: one indexed query) has an open turn."""
+        from muxhost.kit import sqlite
+
+        try:
+            kids = sqlite.rows(_state_db(ctx, home), "select child_thread_id from thread_spawn_edges"
+                                                     " where parent_thread_id = ?", (tid,), timeout=0.2)
+        except sqlite.DatabaseError:
+            return False
+        return any(self._open(last_turn(path), ctx) for (kid,) in kids
+                   if isinstance(kid, str) and (path := rollout_of(ctx, home, kid)))
 
     # -- exists / children / in_use -------------------------------------------------------------
     def exists(self, ctx: AgentContext, conversation_id: str) -> bool:

@@ -7,10 +7,26 @@ on the newest input item of the request:
   Responses function call), so the real codex starts a sub-agent thread; its task is ``CHILD_TASK``
   followed by the text after ``SPAWN-CHILD`` (so the child's thread holds that text too);
 - a user message containing ``CREATE-GOAL``: a ``create_goal`` tool call (a ``thread_goals`` row);
+- a user message containing ``SLOW-REPLY``: an assistant message streamed in pieces over
+  ``SLOW_SECONDS``;
+- a user message containing ``RUN-TOOL``: an ``exec_command`` call of ``TOOL_COMMAND`` asking to
+  run outside the sandbox (``require_escalated``): with ``approval_policy = "on-request"`` and a
+  sandbox (``configure(approval=..., sandbox="workspace-write")``) codex asks the user first; its
+  output gets a reply;
+- a user message containing ``ASK-USER``: a ``request_user_input`` call asking ``ASK_QUESTION``
+  (codex offers that tool in Plan mode only);
+- a user message containing ``SPAWN-SLOW``: a ``spawn_agent`` call whose sub-agent answers after
+  ``CHILD_DELAY``, while the parent's next answer (to the spawn call's output) streams over
+  ``SLOW_SECONDS``: the child's turn ends while the parent's is still open;
+- a user message containing ``SPAWN-BG``: a ``spawn_agent`` call whose sub-agent answers after
+  ``CHILD_BG_DELAY``, while the parent answers the spawn call's output at once: the parent's turn
+  ends while the child's is still open;
 - anything else (including a tool call's output, and the thread-title and sub-agent turns, told by
   the ``x-codex-turn-metadata`` header): an assistant message ``fake reply N``.
 
-Every request is kept in ``server.requests`` (path, headers, JSON body).
+Every request is kept in ``server.requests`` (path, headers, JSON body, ``at``: when it came;
+``server.done`` has (time, thread-id header) of each reply fully sent); a float in a reply's
+events is a pause (seconds) in the stream.
 """
 
 from __future__ import annotations
@@ -23,6 +39,7 @@ import re
 import sqlite3
 import subprocess
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -32,6 +49,17 @@ SPAWN_WORD = "SPAWN-CHILD"
 CHILD_TASK = "child task: reply with one word"
 GOAL_WORD = "CREATE-GOAL"
 GOAL_TEXT = "the fake goal objective"
+SLOW_WORD = "SLOW-REPLY"
+SLOW_SECONDS = 6.0
+TOOL_WORD = "RUN-TOOL"
+TOOL_COMMAND = "touch tool-ran.txt"
+TOOL_WHY = "May the fake model touch a file?"
+ASK_WORD = "ASK-USER"
+ASK_QUESTION = "Which colour should the fake model pick?"
+SPAWN_SLOW_WORD = "SPAWN-SLOW"
+CHILD_DELAY = 1.5
+SPAWN_BG_WORD = "SPAWN-BG"
+CHILD_BG_DELAY = 6.0
 
 
 def _sse(event: dict) -> bytes:
@@ -55,6 +83,8 @@ class FakeResponses:
     def __init__(self) -> None:
         self.requests: list[dict] = []
         self.spawned: list[str] = []  # call ids of spawn_agent calls handed out
+        self.slow_spawns: set[str] = set()  # call ids of SPAWN-SLOW calls (their output gets a slow reply)
+        self.done: list[tuple[float, str]] = []  # (time.time(), thread-id header) of every reply fully sent
         self._lock = threading.Lock()
         self._seq = itertools.count(1)
         fake = self
@@ -81,7 +111,8 @@ class FakeResponses:
                 except ValueError:
                     body = {}
                 with fake._lock:
-                    fake.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                    fake.requests.append({"path": self.path, "headers": dict(self.headers), "body": body,
+                                          "at": time.time()})
                 if not self.path.rstrip("/").endswith("/responses"):
                     self.send_response(404)
                     self.send_header("content-length", "0")
@@ -93,10 +124,18 @@ class FakeResponses:
                 self.send_header("cache-control", "no-cache")
                 self.send_header("connection", "close")
                 self.end_headers()
-                for event in events:
-                    self.wfile.write(_sse(event))
-                    self.wfile.flush()
                 self.close_connection = True
+                try:
+                    for event in events:
+                        if isinstance(event, float):
+                            time.sleep(event)
+                            continue
+                        self.wfile.write(_sse(event))
+                        self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    return  # codex went (stopped or interrupted) mid-stream
+                with fake._lock:
+                    fake.done.append((time.time(), self.headers.get("thread-id") or ""))
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -123,8 +162,40 @@ class FakeResponses:
         except ValueError:
             meta = {}
         user_turn = meta.get("thread_source", "user") == "user"  # not the title or a sub-agent turn
-        if (user_turn and last.get("type", "message") == "message" and last.get("role") == "user"
-                and SPAWN_WORD in _text_of(last)):
+        typed = user_turn and last.get("type", "message") == "message" and last.get("role") == "user"
+        said = _text_of(last) if typed else ""  # what the user typed ("" for anything else)
+        if SPAWN_SLOW_WORD in said or SPAWN_BG_WORD in said:
+            call_id = f"call_spawn_{n}"
+            how = "slowly" if SPAWN_SLOW_WORD in said else "in the background"
+            with self._lock:
+                self.spawned.append(call_id)
+                if how == "slowly":
+                    self.slow_spawns.add(call_id)
+            item = {"type": "function_call", "id": f"fc_{n}", "call_id": call_id, "name": "spawn_agent",
+                    "namespace": "multi_agent_v1", "arguments": json.dumps({"message": f"{CHILD_TASK}: {how}"})}
+            return self._events(n, item)
+        if not user_turn and CHILD_TASK in _text_of(last):  # a sub-agent's turn
+            if _text_of(last).endswith("slowly"):
+                return [CHILD_DELAY, *self._message(n)]
+            if _text_of(last).endswith("in the background"):
+                return [CHILD_BG_DELAY, *self._message(n)]
+        if last.get("type") == "function_call_output" and last.get("call_id") in self.slow_spawns:
+            return self._message(n, slow=True)
+        if SLOW_WORD in said:
+            return self._message(n, slow=True)
+        if TOOL_WORD in said:
+            item = {"type": "function_call", "id": f"fc_{n}", "call_id": f"call_tool_{n}", "name": "exec_command",
+                    "arguments": json.dumps({"cmd": TOOL_COMMAND, "sandbox_permissions": "require_escalated",
+                                             "justification": TOOL_WHY})}
+            return self._events(n, item)
+        if ASK_WORD in said:
+            questions = [{"id": "colour", "header": "Colour", "question": ASK_QUESTION,
+                          "options": [{"label": "Red (Recommended)", "description": "The red one."},
+                                      {"label": "Blue", "description": "The blue one."}]}]
+            item = {"type": "function_call", "id": f"fc_{n}", "call_id": f"call_ask_{n}", "name": "request_user_input",
+                    "arguments": json.dumps({"questions": questions})}
+            return self._events(n, item)
+        if SPAWN_WORD in said:
             call_id = f"call_spawn_{n}"
             with self._lock:
                 self.spawned.append(call_id)
@@ -133,23 +204,29 @@ class FakeResponses:
             item = {"type": "function_call", "id": f"fc_{n}", "call_id": call_id, "name": "spawn_agent",
                     "namespace": "multi_agent_v1", "arguments": json.dumps({"message": task})}
             return self._events(n, item)
-        if (user_turn and last.get("type", "message") == "message" and last.get("role") == "user"
-                and GOAL_WORD in _text_of(last)):
+        if GOAL_WORD in said:
             item = {"type": "function_call", "id": f"fc_{n}", "call_id": f"call_goal_{n}", "name": "create_goal",
                     "arguments": json.dumps({"objective": GOAL_TEXT})}
             return self._events(n, item)
-        text = f"fake reply {n}"
+        return self._message(n)
+
+    def _message(self, n: int, slow: bool = False) -> list:
+        """An assistant message ``fake reply N``; ``slow``: in pieces over :data:`SLOW_SECONDS`."""
+        words = [f"fake reply {n}"] if not slow else [f"slow part {i} " for i in range(1, 13)] + [f"fake reply {n}"]
+        text = "".join(words)
         item = {"type": "message", "role": "assistant", "id": f"msg_{n}", "status": "completed",
                 "content": [{"type": "output_text", "text": text, "annotations": []}]}
-        return self._events(n, item, delta=text)
+        return self._events(n, item, deltas=words, pause=SLOW_SECONDS / len(words) if slow else 0.0)
 
     @staticmethod
-    def _events(n: int, item: dict, delta: str | None = None) -> list[dict]:
+    def _events(n: int, item: dict, deltas: list[str] = (), pause: float = 0.0) -> list:
         rid = f"resp_{n}"
-        events = [{"type": "response.created", "response": {"id": rid}},
-                  {"type": "response.output_item.added", "output_index": 0,
-                   "item": {**item, "content": []} if item["type"] == "message" else item}]
-        if delta:
+        events: list = [{"type": "response.created", "response": {"id": rid}},
+                        {"type": "response.output_item.added", "output_index": 0,
+                         "item": {**item, "content": []} if item["type"] == "message" else item}]
+        for delta in deltas:
+            if pause:
+                events.append(pause)
             events.append({"type": "response.output_text.delta", "output_index": 0, "content_index": 0,
                            "item_id": item["id"], "delta": delta})
         events.append({"type": "response.output_item.done", "output_index": 0, "item": item})
@@ -172,14 +249,17 @@ class FakeResponses:
         return out
 
 
-def write_codex_config(codex_home: Path, base_url: str, trusted: list[str], daemon: bool = False) -> Path:
-    """A config.toml that points codex at the fake server (AGENTS.md lists the keys)."""
+def write_codex_config(codex_home: Path, base_url: str, trusted: list[str], daemon: bool = False,
+                       approval: str = "never", sandbox: str = "danger-full-access") -> Path:
+    """A config.toml that points codex at the fake server (AGENTS.md lists the keys). ``approval``
+    and ``sandbox`` are its ``approval_policy`` and ``sandbox_mode`` (codex 0.171 refuses
+    ``"untrusted"``; ``"on-request"`` with a sandbox asks before a command that leaves it)."""
     codex_home.mkdir(parents=True, exist_ok=True)
     lines = [
         'model = "fake-model"',
         'model_provider = "fake"',
-        'approval_policy = "never"',
-        'sandbox_mode = "danger-full-access"',
+        f'approval_policy = "{approval}"',
+        f'sandbox_mode = "{sandbox}"',
         "check_for_update_on_startup = false",
         "",
         "[model_providers.fake]",
@@ -235,9 +315,11 @@ class Codex:
                 del self.env[k]
         self.trusted: list[str] = []
 
-    def configure(self, *dirs: Path, daemon: bool = False) -> None:
+    def configure(self, *dirs: Path, daemon: bool = False, approval: str = "never",
+                  sandbox: str = "danger-full-access") -> None:
         self.trusted = [str(d) for d in dirs]
-        write_codex_config(self.codex_home, self.server.base_url, self.trusted, daemon=daemon)
+        write_codex_config(self.codex_home, self.server.base_url, self.trusted, daemon=daemon, approval=approval,
+                           sandbox=sandbox)
 
     def exec(self, prompt: str, cwd: Path, timeout: float = 60, resume: str | None = None) -> str:
         """``codex exec`` one prompt (in thread ``resume`` when given); returns the thread id."""
