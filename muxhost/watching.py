@@ -38,6 +38,10 @@ from muxhost.state import Live
 from muxhost.store import Record
 
 
+#: seconds between two refreshes of every running agent's conversation id (and at once for a new one)
+REFRESH_EVERY = 10.0
+
+
 @dataclass
 class Track:
     """What the watch remembers of one running record between passes."""
@@ -75,6 +79,7 @@ class Watch:
         self.looked: float | None = None       # the time of the previous pass
         self.server_values: dict[str, str | None] = {}
         self.warned = 0
+        self.refreshed: float | None = None    # the last time conversation ids were refreshed
         self.sleep_after = host.config.watch("sleep_after")
         self.sleepers: dict[tuple[str, float], Any] = {}  # (record, idle since) -> its `muxhost sleep`
         import psutil
@@ -159,6 +164,13 @@ class Watch:
             if blind or (needs_screen(agent) and (moved or tr.screen is None)):
                 wanted.append(pane.pane_id)
             running.append((live, tr, agent, busy, tool_busy, new))
+        if running and (any(r[5] for r in running) or self.refreshed is None or now - self.refreshed >= REFRESH_EVERY):
+            # which conversation each is in (a new agent's first, after a /new or /clear), as `ls`
+            # would say: the plugins' activity reads that conversation
+            from muxhost.state import View
+
+            self.host.refresh([r[0] for r in running], View({self.server: panes}, table), self.records)
+            self.refreshed = now
         screens = self.backend.screens(wanted) if wanted else {}
         changes: list[dict[str, Any]] = []
         seen = set()

@@ -248,3 +248,25 @@ def test_no_alert_when_the_config_says_so(mux):
         w.wait(rec["pane"], "waiting")
         time.sleep(0.5)
         assert mux.tmux("list-windows", "-a", "-F", "#{window_bell_flag}") == ["0"]
+
+
+def test_the_watch_keeps_conversation_ids_up_to_date_without_ls(mux):
+    """The plugins' activity reads the conversation the record is in: the watch refreshes it (at
+    once for a new agent, then every 10 s), as `ls` would, so a /new is seen without any `ls`."""
+    import sqlite3
+
+    mux.config.write_text(FAST)
+    rec = demo(mux)
+
+    def stored():
+        con = sqlite3.connect(f"file:{mux.state_dir / 'state.db'}?mode=ro", uri=True)
+        try:
+            return con.execute("select conversation_id from records where id = ?", (rec["id"],)).fetchone()[0]
+        finally:
+            con.close()
+
+    with Watching(mux) as w:
+        w.wait(rec["pane"], "idle", timeout=10)
+        mux.type(rec["pane"], "/new")
+        mux.wait_screen(rec["pane"], "new conversation")
+        wait_for(lambda: stored() != rec["conversation_id"], timeout=20, what="the watch's refresh of the id")
