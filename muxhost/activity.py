@@ -154,9 +154,10 @@ class ActivityOps:
         When a watch runs on the record's server (its ``@muxhost_watch`` names a live process), what
         it published for the pane is the answer: it has watched output and CPU over time.
 
-        Otherwise one look, and only what one look can know — at no extra round trip to the pane
-        server (``ls`` asks it once): the plugin's answer from what it reads itself (``screen`` is
-        None here: no capture), the time of the pane's last output (the backend's), and — only for
+        Otherwise one look, and only what one look can know: the plugin's answer from what it reads
+        itself (``screen`` None), asked again with the screen (one capture round trip for all of
+        them) where it said ``working`` or nothing and reads screens — a question on the screen may
+        be all there is to see; the time of the pane's last output (the backend's), and — only for
         the records whose state depends on it — the CPU their non-resident processes use over one
         short sample (:data:`SAMPLE`, shared by all). ``since`` is the last output for ``idle`` and
         ``waiting``, ``stall_after`` after it for ``stalled``, and unknown (None) for ``working``."""
@@ -172,12 +173,25 @@ class ActivityOps:
                 todo.append(lv)
         if not todo:
             return
+        answers = {id(lv): ask_plugin(self, a, lv, None, view.table) if (a := self.registry.agents.get(lv.rec.agent))
+                   else None for lv in todo}
+        # an answer of "working" (or none) from a plugin that reads screens may hide a question on
+        # the screen (an approval prompt writes nothing to disk): ask those again with their
+        # screens, one round trip per server
+        again = [lv for lv in todo if answers[id(lv)] in (None, "working")
+                 and needs_screen(self.registry.agents.get(lv.rec.agent))]
+        for backend in {id(b): b for b in (self.backend_of(lv.rec) for lv in again)}.values():
+            mine = [lv for lv in again if self.backend_of(lv.rec) is backend]
+            screens = backend.screens([lv.pane.pane_id for lv in mine])
+            for lv in mine:
+                if lv.pane.pane_id in screens:
+                    answers[id(lv)] = ask_plugin(self, self.registry.agents[lv.rec.agent], lv,
+                                                 screens[lv.pane.pane_id], view.table)
         looks = []
         for lv in todo:
             agent = self.registry.agents.get(lv.rec.agent)
             out = lv.pane.last_output  # (to the second, maybe: the end of that second, to be sure)
-            ev = Evidence(ask_plugin(self, agent, lv, None, view.table) if agent else None,
-                          progress=None if out is None else min(out + 1, now))
+            ev = Evidence(answers[id(lv)], progress=None if out is None else min(out + 1, now))
             _, tools = split_tree(agent, lv.tree)
             silent = None if ev.progress is None else now - ev.progress
             sample = ((ev.plugin == "idle" and tools) or (ev.plugin == "working" and silent is not None and silent >= stall_after)

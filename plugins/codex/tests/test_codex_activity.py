@@ -134,6 +134,19 @@ def test_an_approval_and_a_question_are_waiting(mux, mux_codex, tmp_path):
     assert states.count("waiting") == 2 and states[-1] == "idle", w.changes
 
 
+def test_ls_without_a_watch_sees_the_approval_on_the_screen(mux, mux_codex, tmp_path):
+    """Codex writes nothing while it asks: `ls` (no watch) asks again with the screen."""
+    cx = mux_codex
+    work = tmp_path / "work"
+    work.mkdir()
+    cx.configure(work, approval="on-request", sandbox="workspace-write")
+    rid, pane = ready(mux, work)
+    enter(mux, pane, "now RUN-TOOL")
+    mux.wait_screen(pane, "Would you like to run the following command?")
+    row = next(r for r in mux.ok("ls", "--json") if r["id"] == rid)
+    assert row["activity"] == "waiting", row
+
+
 def test_a_sub_agent_ending_while_its_parent_works_leaves_it_working(mux, mux_codex, tmp_path):
     """The child answers after 1.5 s while the parent's reply streams for 6 s (conftest).
     No `ls` runs first: the watch finds the thread from the locks the TUI holds (its sub-agent's
