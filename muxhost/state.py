@@ -41,6 +41,12 @@ class View:
         return self.panes.get(server) is not None
 
 
+def is_stub(proc: procs.Proc) -> bool:
+    """True for muxhost's asleep stub (:mod:`muxhost.stub`), or the launcher about to become it."""
+    tail = (os.path.join("muxhost", "stub.py"), os.path.join("muxhost", "launcher.py"))
+    return any(arg.endswith(tail) for arg in proc.cmdline[:4])
+
+
 def server_of(rec: Record) -> tuple[str, str | None]:
     """The server a record's agent runs on: (backend name, address)."""
     return (rec.backend or "tmux", rec.socket)
@@ -113,7 +119,8 @@ class StateOps:
         tree: list[procs.Proc] = []
         if rec.state == "asleep":  # its pane (if any: a server restart took it) shows muxhost's stub
             tree = view.table.tree(pane.pid) if pane is not None and not pane.dead else []
-            state = "asleep"
+            # ... unless the agent runs there again: a wake killed between starting it and saying so
+            state = "running" if tree and not is_stub(tree[0]) else "asleep"
         elif pane is not None and not pane.dead:
             tree = view.table.tree(pane.pid)
             state = "running" if tree else "exited"
@@ -240,6 +247,9 @@ class StateOps:
         records = self.store.all()
         view = self.view(records)
         lives = [self.live(r, view, check_resumable=False) for r in records]
+        for lv in lives:
+            if lv.state == "running" and lv.rec.state == "asleep":  # (see live: a wake cut short)
+                self.store.update(lv.rec, state="running", slept_at=None)
         self.refresh(lives, view, records)
         for lv in lives:
             lv.resumable = self._resumable(self.registry.agents.get(lv.rec.agent), lv.rec, lv)

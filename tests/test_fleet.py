@@ -279,3 +279,21 @@ def test_sleep_and_wake_on_every_backend(mux):
     live = [r for r in mux.ok("ls", "--json") if r["id"] == rec["id"]]
     assert [r["state"] for r in live] == ["running"]
     mux.ok("stop", rec["id"])
+
+
+def test_a_wake_cut_short_after_the_agent_started_is_seen_running(mux):
+    """A wake killed between starting the agent in the pane and writing the record down: the record
+    says asleep, but its pane runs the agent again. `ls` says running (and writes it down), and
+    `stop` stops it as an agent (its exit text), not as a stub."""
+    import shutil
+
+    rec = demo(mux, "halfway")
+    pane, cid = rec["pane"], rec["conversation_id"]
+    mux.ok("sleep", "halfway")
+    mux.wait_screen(pane, "Enter wakes it")
+    demo_bin = shutil.which("muxhost-demo", path=os.path.dirname(__import__("sys").executable))
+    mux.tmux("respawn-pane", "-k", "-t", pane, demo_bin, "--resume", cid)  # the agent, not the record
+    mux.wait_screen(pane, f"resumed conversation {cid}")
+    assert row(mux, rec["id"])["state"] == "running"
+    out = mux.ok("stop", "halfway", "--json")
+    assert out["outcome"] == "exit"
