@@ -28,7 +28,21 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{sub}: {message}" if sub else message)
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Unbuilt:
+    """What ``cmd`` gives in :func:`build_parser` for a command that is not built: it takes every
+    call (``add_argument``, ``epilog = …``) and keeps nothing."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: self
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        pass
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with ``command`` (one of :data:`CORE_COMMANDS`) only that command's
+    parser under the top-level one — what parsing a command line that runs it needs (building
+    every command's parser is a large share of a command's start-up). See :func:`_runs_alone`."""
     p = _Parser(prog="muxhost", formatter_class=argparse.RawDescriptionHelpFormatter,
                 description="Run AI coding agents in tmux panes: launch, stop without orphans, resume, "
                             "and purge one conversation safely. Agents are plugins.",
@@ -45,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     def cmd(name: str, help: str, description: str | None = None):
+        if command is not None and name != command:
+            return _Unbuilt()
         sp = sub.add_parser(name, help=help, description=description or help,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
         return sp
@@ -190,6 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "changes (they are lost; a branch with commits is still kept)")
     json_flag(sp)
 
+    if command is not None:
+        return p
     # the built-in plugins' commands (the purge key's), through their muxhost_register_commands
     # hooks — called here directly, so `muxhost --help` lists them without loading any plugin
     import importlib
@@ -590,12 +608,34 @@ def _command_word(argv: Sequence[str]) -> str | None:
     return None
 
 
+_GLOBAL_OPTIONS = ("--config", "--socket", "--backend")
+
+
+def _runs_alone(argv: Sequence[str], word: str | None) -> bool:
+    """True when ``argv`` can only run the core command ``word``: everything before it is a global
+    option spelled out with its value (``--config F``, ``--socket=S``) — nothing that prints the
+    top-level help or version, nothing argparse could take for the command (its error would list
+    every command). Then only ``word``'s parser is built: its errors and ``--help`` are the same."""
+    if word not in CORE_COMMANDS:
+        return False
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in _GLOBAL_OPTIONS:
+            i += 2
+        elif a.startswith(tuple(f"{o}=" for o in _GLOBAL_OPTIONS)):
+            i += 1
+        else:
+            return a == word
+    return False
+
+
 def cli(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    word = _command_word(argv)
+    parser = build_parser(word if _runs_alone(argv, word) else None)
     host = None
     try:
-        word = _command_word(argv)
         if word is not None and word not in CORE_COMMANDS:
             # a plugin's command: plugins may add subparsers
             global_args, _ = parser.parse_known_args(argv[:argv.index(word)])

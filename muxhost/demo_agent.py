@@ -35,7 +35,6 @@ import json
 import os
 import sys
 import time
-import uuid
 from pathlib import Path
 
 ID_PATTERN = r"[0-9a-f]{32}"
@@ -109,6 +108,8 @@ class Demo:
         return self.root / "conversations" / f"{cid}.jsonl"
 
     def create(self, cid: str | None = None, parent: str | None = None) -> str:
+        import uuid
+
         cid = cid or uuid.uuid4().hex
         path = self.conv_path(cid)
         if path.exists():

@@ -21,7 +21,6 @@ A second watch for the same server is refused (exit 4) naming the first one's pi
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 import time
@@ -295,6 +294,8 @@ class Watch:
 
 def lock_path(server: tuple[str, str | None]) -> str:
     """The watch lock of a server: ``<state dir>/locks/watch-<hash of backend and address>.lock``."""
+    import hashlib
+
     from muxhost.store import state_dir
 
     digest = hashlib.sha256(f"{server[0]}\0{server[1] or ''}".encode()).hexdigest()[:24]

@@ -2,8 +2,8 @@
 
 herdr (https://github.com/herdrdev/herdr) is a terminal workspace manager for coding agents; its
 server owns the panes and answers JSON on a Unix socket. This plugin registers the backend
-``herdr`` (:mod:`muxhost_herdr.backend`, imported on first use: every muxhost command imports this
-module) and, after a launch or resume on herdr, lets herdr show which conversation runs in the pane.
+``herdr`` (:mod:`muxhost_herdr.backend`, imported on first use: a command that needs a backend or
+calls a hook of this plugin imports this module) and, after a launch or resume on herdr, lets herdr show which conversation runs in the pane.
 """
 
 from __future__ import annotations
