@@ -15,6 +15,9 @@ messages that name another session, and its ``session`` row; its files in ``stor
 A process holds a session when its argv names it (``-s ID``); any process that has the database
 open may hold any session of it, except an ``opencode serve`` no client is connected to. A database
 that cannot be read is a :class:`Leftover` ("could not be read"), never an empty one.
+
+Activity: a permission or question dialog at the bottom of the screen is ``waiting``; else the
+session's last message says whether its turn is open (:func:`turn_state`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import json
 import os
 import re
 import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -37,7 +41,7 @@ from muxhost.artifacts import Artifact, Command, Dir, File, Leftover, Lines, Row
 from muxhost.errors import MuxhostError
 from muxhost.kit import holders, jsonl, sqlite
 
-__all__ = ["OpenCodeAgent", "muxhost_register_agents", "session_from_argv"]
+__all__ = ["OpenCodeAgent", "asks_user", "muxhost_register_agents", "session_from_argv", "turn_state"]
 
 ID_PATTERN = r"ses_[0-9A-Za-z]{26}"
 _ID_RE = re.compile(ID_PATTERN)
@@ -59,6 +63,25 @@ LSP_SERVERS = (
 #: start-up and after each step); a tool's git runs under the tool's shell and stays work
 RESIDENT_CHILDREN = ("git", *LSP_SERVERS)
 
+#: seconds the activity hook's read waits for a lock (it runs every second)
+ACTIVITY_TIMEOUT = 0.2
+#: ms a step that ended with tool calls may go without a next message before its turn counts as over
+#: (opencode writes the next within milliseconds)
+NEXT_STEP_MS = 10_000
+#: the bottom lines of opencode's dialogs that wait for the user: a permission, its "Always allow"
+#: confirmation, a question
+_ASKING = (("Allow once", "Reject"), ("Confirm", "Cancel", "enter confirm"), ("enter submit", "esc dismiss"))
+#: a tool error that ends the turn: a permission rejected, a question dismissed
+_STOPPED_RE = re.compile(r"rejected permission|dismissed this question")
+_LAST_MESSAGE = (  # the session's creation; its last message's id, creation, role, completed, finish, error
+    "select s.time_created, m.id, m.time_created, json_extract(m.data, '$.role'),"
+    " json_extract(m.data, '$.time.completed'), json_extract(m.data, '$.finish'),"
+    " json_type(m.data, '$.error') from session s left join message m on m.id = ("
+    "select id from message where session_id = s.id order by time_created desc, id desc limit 1) where s.id = ?")
+_TOOL_PARTS = ("select json_extract(data, '$.tool'), json_extract(data, '$.state.status'),"
+               " substr(json_extract(data, '$.state.error'), 1, 200) from part"
+               " where message_id = ? and json_extract(data, '$.type') = 'tool'")
+
 
 @dataclass
 class _Facts:
@@ -78,6 +101,9 @@ class OpenCodeAgent(Agent):
     resident_children = RESIDENT_CHILDREN
     exit_text = "/exit"
     id_pattern = ID_PATTERN
+
+    def __init__(self) -> None:
+        self._pinned: dict[tuple[str | None, float], str] = {}  # (record, launch) -> session (activity)
 
     # -- where things are ----------------------------------------------------------------------
     def data_dir(self, ctx: AgentContext) -> Path:
@@ -141,16 +167,11 @@ class OpenCodeAgent(Agent):
         session in its cwd, else what the record knew."""
         claimed = set(ctx.claimed)
         argvs = [argv for _ps, argv in self._opencodes(ctx.pids)]
-        dirs = sorted({ctx.cwd, os.path.realpath(ctx.cwd)} - {""}) if ctx.cwd else []
-        where = f"parent_id is null and directory in ({','.join('?' * len(dirs))})"
-        if dirs:
-            fresh = [r[0] for r in self._query(ctx, f"select id from session where {where} and time_created >= ?"
-                                               " order by time_created desc, id desc",
-                                               (*dirs, int(ctx.launched_at * 1000)))
-                     if r[0] not in claimed and self.valid_id(r[0])]
-            sid = self._mine(ctx, fresh) if fresh else None
-            if sid:
-                return sid
+        dirs, where = _folder(ctx)
+        fresh = [sid for sid in self._fresh(ctx) if sid not in claimed]
+        sid = self._mine(ctx, fresh) if fresh else None
+        if sid:
+            return sid
         for argv in argvs:
             sid = session_from_argv(argv)
             if sid and self.valid_id(sid) and sid not in claimed:
@@ -160,6 +181,13 @@ class OpenCodeAgent(Agent):
                 if r[0] not in claimed and self.valid_id(r[0]):
                     return r[0]
         return ctx.conversation_id
+
+    def _fresh(self, ctx: AgentContext) -> list[str]:
+        """The top-level sessions created in the agent's folder since its launch, newest first."""
+        dirs, where = _folder(ctx)
+        rows = self._query(ctx, f"select id from session where {where} and time_created >= ? order by time_created desc,"
+                                " id desc", (*dirs, int(ctx.launched_at * 1000))) if dirs else []
+        return [r[0] for r in rows if self.valid_id(r[0])]
 
     def _mine(self, ctx: AgentContext, fresh: list[str]) -> str | None:
         """The newest of ``fresh`` (new top-level sessions in the folder, newest first) that this
@@ -236,6 +264,36 @@ class OpenCodeAgent(Agent):
     def exists(self, ctx: AgentContext, conversation_id: str) -> bool:
         return bool(self._query(ctx, "select 1 from session where id = ?", (conversation_id,)))
 
+    def activity(self, ctx: AgentContext, screen: str | None) -> str | None:
+        """``waiting`` while a dialog asks at the bottom of ``screen`` (:func:`asks_user`); else what
+        the session's last message says (:func:`turn_state`); None when it cannot be read. The
+        session is the record's, else (the watch never asks ``discover``) the one :meth:`discover`
+        finds, remembered; none in its folder since the launch: ``idle`` (not prompted yet)."""
+        if screen is not None and asks_user(screen):
+            return "waiting"
+        sid, db = ctx.conversation_id, self.db_path(ctx)
+        if sid is None and db is not None:
+            key = (ctx.record_id, ctx.launched_at)
+            try:
+                sid = self._pinned.get(key) or self.discover(ctx)
+                if sid is None:
+                    return "idle" if ctx.cwd and not self._fresh(ctx) else None
+            except (OSError, psutil.Error, sqlite3.Error, MuxhostError):
+                return None
+            self._pinned[key] = sid
+        if sid is None or db is None or not db.is_file():
+            return None
+        try:
+            con = sqlite.connect_ro(db, timeout=ACTIVITY_TIMEOUT)
+        except (OSError, sqlite3.Error, MuxhostError):
+            return None
+        try:
+            return turn_state(con, sid, int(ctx.launched_at * 1000))
+        except (sqlite3.Error, TypeError):  # malformed JSON, another schema, a value of another type
+            return None
+        finally:
+            con.close()
+
     def in_use(self, ctx: AgentContext, conversation_id: str) -> list[str]:
         """Processes whose argv names the session, and every process that has the database open or
         locked (any session of it), except an idle ``opencode serve``; one whose open files cannot
@@ -309,6 +367,13 @@ class OpenCodeAgent(Agent):
         return out
 
 
+def _folder(ctx: AgentContext) -> tuple[list[str], str]:
+    """The agent's folder as opencode may have filed it (as given, and real), and the SQL that picks
+    the top-level sessions there."""
+    dirs = sorted({ctx.cwd, os.path.realpath(ctx.cwd)} - {""}) if ctx.cwd else []
+    return dirs, f"parent_id is null and directory in ({','.join('?' * len(dirs))})"
+
+
 def _idle_server(p: procs.Proc) -> bool:
     """``opencode serve …`` with no client connected: it keeps the database open without holding a
     conversation (an ``opencode attach`` TUI or a ``run --attach`` is a client)."""
@@ -318,6 +383,49 @@ def _idle_server(p: procs.Proc) -> bool:
     words = [a for a in args if not a.startswith("-")]
     return bool(words) and words[0] == "serve" and p.matches_name(OpenCodeAgent.process_names) \
         and holders.server_clients(p.pid) is None
+
+
+def asks_user(screen: str) -> bool:
+    """True when the last three lines with text (box borders aside) of an opencode screen are a
+    dialog's that waits for the user: ``Allow once   Allow always   Reject`` (a permission; then
+    ``Confirm   Cancel`` … ``enter confirm`` for "Always allow") or ``↑↓ select  enter submit  esc
+    dismiss`` (a question). A narrow pane wraps the footer onto its own line: still the last three."""
+    bottom = "\n".join([text for text in (ln.strip(" \t┃│") for ln in screen.splitlines()) if text][-3:])
+    return any(all(w in bottom for w in words) for words in _ASKING)
+
+
+def turn_state(con: sqlite3.Connection, sid: str, since_ms: int = 0, now_ms: int | None = None) -> str | None:
+    """What session ``sid``'s last message says (``since_ms``: the agent's launch, epoch ms): from
+    before ``since_ms`` (a killed opencode leaves its turn open): ``idle``; a prompt, or none yet in
+    a new session: ``working``; an assistant's not completed (a reply streams, a tool or a sub-agent
+    runs: the parent's stays open until its ``task`` ends): ``working``, ``waiting`` while its
+    ``question`` tool runs; completed with an error (interrupted): ``idle``; with finish
+    ``tool-calls``/``unknown``/none (opencode's loop goes on): ``working``, unless a tool of it was
+    rejected or dismissed or ``NEXT_STEP_MS`` passed; any other finish: ``idle``. None for no such
+    session or an unknown role. Raises :class:`sqlite3.Error`."""
+    row = con.execute(_LAST_MESSAGE, (sid,)).fetchone()
+    if row is None:
+        return None
+    created, mid, m_created, role, completed, finish, error = tuple(row)
+    if mid is None:
+        return "working" if (created or 0) >= since_ms else "idle"
+    if (m_created or 0) < since_ms:
+        return "idle"
+    if role == "user":
+        return "working"
+    if role != "assistant":
+        return None
+    if error not in (None, "null"):
+        return "idle"
+    if completed is None or finish in (None, "tool-calls", "unknown"):
+        tools = con.execute(_TOOL_PARTS, (mid,)).fetchall()
+        if completed is None:
+            return "waiting" if any(t[0] == "question" and t[1] == "running" for t in tools) else "working"
+        if any(t[1] == "error" and _STOPPED_RE.search(t[2] or "") for t in tools):
+            return "idle"
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        return "working" if now_ms - completed < NEXT_STEP_MS else "idle"
+    return "idle"
 
 
 def _facts(r: sqlite.Reader, sid: str) -> _Facts:

@@ -26,7 +26,17 @@ from muxhost.testing import agent_binary
 SPAWN = "MUXHOST_SPAWN"            # the parent calls the task tool: a sub-agent
 CHILD = "MUXHOST_CHILD_TASK"       # the sub-agent calls the task tool again: a grandchild
 GRANDCHILD = "MUXHOST_GRANDCHILD"  # the grandchild just answers
+SLOW = "MUXHOST_SLOW"              # a text reply that streams for SLOW_SECONDS
+ASK = "MUXHOST_ASK"                # a bash call (`echo ASKED`): asks when bash is "ask"
+QUESTION = "MUXHOST_QUESTION"      # a question tool call (two options)
+DELEGATE = "MUXHOST_DELEGATE"      # a sub-agent (PONDER_SECONDS) and a bash `sleep` at once, then a SLOW reply
+PONDER = "MUXHOST_PONDER"          # (the sub-agent's prompt) a text reply that streams for PONDER_SECONDS
 DONE = "All done here."
+ASKED = "muxhost-asked-and-ran"    # what the ASK call prints
+SLOW_DONE = "Slow reply finished."  # the last words of a slow reply
+SLOW_SECONDS = 8.0
+PONDER_SECONDS = 3.0
+NAP_SECONDS = 7.0                  # the DELEGATE call's `sleep`: it outlasts the sub-agent
 CONTRACT_TEXT = r"muxhost contract [^\n\"]*?[0-9a-f]{32}"  # what muxhost.testing.unique_text makes
 
 
@@ -60,7 +70,14 @@ class FakeOpenAI:
     """``POST /v1/chat/completions`` answered as a stream, with a scripted model:
 
     - no tools offered (the title request): a title;
-    - the last message is a tool result: "All done here.";
+    - the last message is a tool result: a SLOW reply when the prompt names MUXHOST_DELEGATE, else
+      "All done here.";
+    - the prompt names MUXHOST_SLOW (or MUXHOST_PONDER): a text streamed over SLOW_SECONDS
+      (PONDER_SECONDS), ending "Slow reply finished.";
+    - the prompt names MUXHOST_ASK: a ``bash`` call that echoes "muxhost-asked-and-ran";
+    - the prompt names MUXHOST_QUESTION: a ``question`` call (pick a colour: red or blue);
+    - the prompt names MUXHOST_DELEGATE: two calls at once, ``task`` with the prompt MUXHOST_PONDER
+      and ``bash`` ``sleep NAP_SECONDS`` (the sub-agent ends while its parent's own tool still runs);
     - the prompt names MUXHOST_SPAWN: a ``task`` call whose prompt is MUXHOST_CHILD_TASK (a sub-agent;
       followed by the contract suite's text when the prompt holds one, else "start another one"),
       which answers with a ``task`` call whose prompt is MUXHOST_GRANDCHILD (a grandchild);
@@ -92,7 +109,10 @@ class FakeOpenAI:
                 except ValueError:
                     body = {}
                 outer.requests.append(body)
-                outer._answer(self, body)
+                try:
+                    outer._answer(self, body)
+                except OSError:  # the client went away mid-stream (an interrupted reply)
+                    self.close_connection = True
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
@@ -106,10 +126,18 @@ class FakeOpenAI:
         tools = [t.get("function", {}).get("name") for t in body.get("tools") or []]
         if not tools:
             return "text", "Fake title"
-        if msgs and msgs[-1].get("role") == "tool":
-            return "text", DONE
         users = [_text(m) for m in msgs if m.get("role") == "user"]
         last = users[-1] if users else ""
+        if msgs and msgs[-1].get("role") == "tool":
+            return ("slow", str(SLOW_SECONDS)) if DELEGATE in last else ("text", DONE)
+        if SLOW in last or PONDER in last:
+            return "slow", str(SLOW_SECONDS if SLOW in last else PONDER_SECONDS)
+        if ASK in last and "bash" in tools:
+            return "bash", f"echo {ASKED}"
+        if QUESTION in last and "question" in tools:
+            return "question", "Which colour?"
+        if DELEGATE in last and "task" in tools and "bash" in tools:
+            return "delegate", f"{PONDER}: think it over"
         if GRANDCHILD in last:
             return "text", "grandchild finished"
         if CHILD in last and "task" in tools:
@@ -142,10 +170,25 @@ class FakeOpenAI:
         if kind == "text":
             chunk({"content": payload})
             chunk({}, "stop")
+        elif kind == "slow":  # words every 0.25 s over the seconds asked
+            steps = max(1, int(float(payload) / 0.25))
+            for i in range(steps):
+                chunk({"content": f"word{i} "})
+                h.wfile.flush()
+                time.sleep(0.25)
+            chunk({"content": SLOW_DONE})
+            chunk({}, "stop")
         else:
-            args = json.dumps({"description": "sub task", "prompt": payload, "subagent_type": "general"})
-            chunk({"tool_calls": [{"index": 0, "id": f"call_{next(self._ids)}", "type": "function",
-                                   "function": {"name": "task", "arguments": args}}]})
+            task = ("task", {"description": "sub task", "prompt": payload, "subagent_type": "general"})
+            options = [{"label": c, "description": f"the colour {c}"} for c in ("red", "blue")]
+            calls = {"bash": [("bash", {"command": payload, "description": "echo a word"})],
+                     "question": [("question", {"questions": [{"question": payload, "header": "Colour",
+                                                              "options": options}]})],
+                     "delegate": [task, ("bash", {"command": f"sleep {NAP_SECONDS:g}", "description": "take a nap"})]
+                     }.get(kind, [task])
+            chunk({"tool_calls": [{"index": i, "id": f"call_{next(self._ids)}", "type": "function",
+                                   "function": {"name": name, "arguments": json.dumps(args)}}
+                                  for i, (name, args) in enumerate(calls)]})
             chunk({}, "tool_calls")
         chunk(None, usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
         h.wfile.write(b"data: [DONE]\n\n")
@@ -353,4 +396,5 @@ def opencode_db():
 def scripted():
     """The words the fake model reacts to."""
     return {"spawn": SPAWN, "child": CHILD, "grandchild": GRANDCHILD, "done": DONE, "env": dict(OPENCODE_ENV),
-            "noted": noted}
+            "noted": noted, "slow": SLOW, "ask": ASK, "question": QUESTION, "delegate": DELEGATE, "asked": ASKED,
+            "slow_done": SLOW_DONE}

@@ -1,0 +1,314 @@
+"""The activity hook: the real opencode TUI in a real tmux pane launched by muxhost, under a real
+``muxhost watch`` (a slow reply, a permission, a question, a sub-agent that ends while its parent
+still works), and the hook itself on databases the real ``opencode run`` wrote, edited into each
+state (an open turn, a question, a rejected permission, a turn a killed process left open, a row
+that cannot be parsed, no database) and on screens the real TUI showed."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from muxhost.agent import AgentContext
+from muxhost.testing import Watching, wait_for
+from muxhost_opencode import NEXT_STEP_MS, OpenCodeAgent, asks_user, turn_state
+
+READY = "ctrl+p commands"
+PERMISSION = "Allow once"      # the permission dialog's buttons
+QUESTION = "esc dismiss"       # the question dialog's footer
+LIMIT = 3.0                    # a state is published within this many seconds of its cause
+SCREENS = Path(__file__).parent / "screens"
+
+
+# --------------------------------------------------------------------------------------------------
+# the real TUI under a real watch
+
+class TUI:
+    """One opencode TUI launched by ``muxhost launch`` in the test's tmux server, its database, and
+    a watch on that server."""
+
+    def __init__(self, mux, tmp_path: Path, fake_llm, binary: str, npm_cache: str, words: dict, permission: dict):
+        self.mux = mux
+        self.cwd = tmp_path / "work"
+        self.cwd.mkdir()
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        os.symlink(binary, bin_dir / "opencode")
+        mux.env.update(words["env"], npm_config_cache=npm_cache, PATH=f"{bin_dir}:{mux.env.get('PATH', os.defpath)}")
+        cfg = mux.home / ".config" / "opencode" / "opencode.json"
+        cfg.parent.mkdir(parents=True, exist_ok=True)
+        cfg.write_text(json.dumps({**fake_llm.config, "permission": permission}, indent=1))
+        self.db_path = mux.home / ".local/share/opencode/opencode.db"
+        self.rec = mux.ok("launch", "opencode", "--cwd", str(self.cwd), "--json")
+        self.pane = self.rec["pane"]
+        mux.wait_screen(self.pane, READY, timeout=90)
+
+    def query(self, sql: str, params: tuple = ()) -> list[tuple]:
+        con = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=5)
+        try:
+            return con.execute(sql, params).fetchall()
+        finally:
+            con.close()
+
+    def prompt(self, w: Watching, text: str) -> float:
+        """Type ``text`` once the watch says the TUI is idle; returns when Enter was pressed (monotonic)."""
+        w.wait(self.pane, "idle", timeout=60)
+        self.mux.type(self.pane, text)
+        return time.monotonic()
+
+    def screen_shows(self, text: str, timeout: float = 90) -> float:
+        """Wait until the pane shows ``text``; returns when it was first seen (monotonic)."""
+        wait_for(lambda: text in self.mux.capture(self.pane), timeout=timeout, interval=0.1, what=f"{text!r} on screen")
+        return time.monotonic()
+
+    def key(self, *keys: str) -> None:
+        self.mux.tmux("send-keys", "-t", self.pane, *keys)
+
+    def changes(self, w: Watching) -> list[dict]:
+        return [c for c in w.changes if c["record"] == self.rec["id"]]
+
+
+@pytest.fixture
+def tui(mux, tmp_path, fake_llm, opencode_bin, npm_cache, scripted):
+    def start(permission: dict | None = None) -> TUI:
+        return TUI(mux, tmp_path, fake_llm, opencode_bin, npm_cache, scripted, permission or {"bash": "allow"})
+    return start
+
+
+def within(w: Watching, t: TUI, state: str, cause: float, timeout: float = 90) -> float:
+    """Wait for the watch to publish ``state`` for the TUI's pane; it must come within LIMIT s of
+    ``cause`` (monotonic). Returns the seconds it took."""
+    w.wait(t.pane, state, timeout=timeout)
+    took = time.monotonic() - cause
+    assert took <= LIMIT, f"{state} came {took:.1f}s after its cause (changes: {t.changes(w)})"
+    return took
+
+
+def test_a_slow_reply_is_working_then_idle(tui, scripted):
+    t = tui()
+    with Watching(t.mux) as w:
+        sent = t.prompt(w, f"{scripted['slow']} please")
+        within(w, t, "working", sent)
+        # still working half way through the reply, the words streaming
+        wait_for(lambda: "word8 " in t.mux.capture(t.pane), timeout=90, interval=0.1, what="the reply streaming")
+        assert w.activity(t.pane) == "working"
+        within(w, t, "idle", t.screen_shows(scripted["slow_done"]))
+        assert [c["new"] for c in t.changes(w)][-2:] == ["working", "idle"], t.changes(w)
+
+
+def test_a_permission_asked_is_waiting(tui, scripted):
+    t = tui({"bash": "ask"})
+    with Watching(t.mux) as w:
+        sent = t.prompt(w, f"{scripted['ask']} please")
+        within(w, t, "working", sent)
+        within(w, t, "waiting", t.screen_shows(PERMISSION))
+        assert w.option("@muxhost_waiting") == t.pane
+        t.key("Enter")  # Allow once
+        within(w, t, "idle", t.screen_shows(scripted["done"]))
+        assert scripted["asked"] in t.mux.capture(t.pane)  # the command ran: it was allowed
+
+
+def test_a_question_is_waiting(tui, scripted):
+    t = tui()
+    with Watching(t.mux) as w:
+        sent = t.prompt(w, f"{scripted['question']} please")
+        within(w, t, "working", sent)
+        within(w, t, "waiting", t.screen_shows(QUESTION))
+        t.key("Enter")  # the first option
+        within(w, t, "idle", t.screen_shows(scripted["done"]))
+
+
+def test_a_sub_agent_ending_keeps_its_parent_working(tui, scripted):
+    """The parent starts a sub-agent and a `sleep` at once: the sub-agent's turn ends seconds before
+    the parent's own tool does, and the parent then streams a slow reply. Never idle in between."""
+    t = tui()
+    with Watching(t.mux) as w:
+        sent = t.prompt(w, f"{scripted['delegate']} please")
+        start = time.time()
+        within(w, t, "working", sent)
+        within(w, t, "idle", t.screen_shows(scripted["slow_done"], timeout=120))
+        parent, child = wait_for(lambda: t.query("select id, parent_id from session order by parent_id nulls first")
+                                 if len(t.query("select id from session")) == 2 else None, timeout=10, what="two sessions")
+        assert child[1] == parent[0]
+        ends = {sid: t.query("select max(json_extract(data, '$.time.completed')) from message where session_id = ?",
+                             (sid,))[0][0] for sid in (parent[0], child[0])}
+        # the sub-agent really ended while its parent worked on (its own tool, then its reply)
+        assert ends[parent[0]] - ends[child[0]] > 4000, ends
+        states = [(c["new"], c["since"]) for c in t.changes(w) if c["since"] >= start]
+        assert states[0][0] == "working", states
+        idle = [(new, since) for new, since in states if new != "working"]
+        assert [new for new, _since in idle] == ["idle"], (states, ends)  # once, at the end
+        assert idle[0][1] * 1000 >= ends[parent[0]] - 500, (states, ends)
+
+
+# --------------------------------------------------------------------------------------------------
+# the hook on databases the real opencode wrote
+
+@pytest.fixture
+def ran(made):
+    """The database of two `opencode run` conversations (a private copy: the template is never
+    opened); ``(db, root)``: root is the newer top-level session, its last message the final answer."""
+    oc, _other, target, _t0 = made
+    return oc.db, target
+
+
+def edit(db: Path, sql: str, params: tuple = ()) -> None:
+    con = sqlite3.connect(db)
+    try:
+        con.execute(sql, params)
+        con.commit()
+    finally:
+        con.close()
+
+
+def last_message(db: Path, sid: str) -> str:
+    con = sqlite3.connect(db)
+    try:
+        return con.execute("select id from message where session_id = ? order by time_created desc, id desc",
+                           (sid,)).fetchone()[0]
+    finally:
+        con.close()
+
+
+def state(db: Path, sid: str, since_ms: int = 0, now_ms: int | None = None) -> str | None:
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return turn_state(con, sid, since_ms, now_ms)
+    finally:
+        con.close()
+
+
+def set_message(db: Path, mid: str, **fields) -> None:
+    """Set (or, with None, remove) top-level fields of a message's JSON (``time`` replaced whole)."""
+    con = sqlite3.connect(db)
+    try:
+        data = json.loads(con.execute("select data from message where id = ?", (mid,)).fetchone()[0])
+        for k, v in fields.items():
+            if v is None:
+                data.pop(k, None)
+            else:
+                data[k] = v
+        con.execute("update message set data = ? where id = ?", (json.dumps(data), mid))
+        con.commit()
+    finally:
+        con.close()
+
+
+def add_tool(db: Path, mid: str, sid: str, tool: str, status: str, error: str | None = None) -> None:
+    st = {"status": status, "input": {}, "time": {"start": 1}}
+    if error:
+        st["error"] = error
+    edit(db, "insert into part (id, message_id, session_id, time_created, time_updated, data) values (?, ?, ?, 1, 1, ?)",
+         (f"prt_test{tool}{status}", mid, sid, json.dumps({"type": "tool", "tool": tool, "callID": "c", "state": st})))
+
+
+def test_turn_state_of_each_kind_of_last_message(ran):
+    db, sid = ran
+    mid = last_message(db, sid)
+    assert state(db, sid) == "idle"  # the answer, finish "stop"
+    created = {"created": 1}
+    set_message(db, mid, time=created, finish=None)
+    assert state(db, sid) == "working"  # the reply streams
+    add_tool(db, mid, sid, "bash", "running")
+    assert state(db, sid) == "working"  # a tool runs (or waits for a permission: only the screen shows it)
+    add_tool(db, mid, sid, "question", "running")
+    assert state(db, sid) == "waiting"
+    edit(db, "delete from part where id like 'prt_test%'")
+    set_message(db, mid, time={"created": 1, "completed": 1000}, finish="tool-calls")
+    assert state(db, sid, now_ms=1000 + NEXT_STEP_MS - 1) == "working"  # the next step comes
+    assert state(db, sid, now_ms=1000 + NEXT_STEP_MS + 1) == "idle"     # none came: the turn is over
+    add_tool(db, mid, sid, "bash", "error", "The user rejected permission to use this specific tool call.")
+    assert state(db, sid, now_ms=1001) == "idle"
+    edit(db, "delete from part where id like 'prt_test%'")
+    add_tool(db, mid, sid, "read", "error", "File not found")  # an ordinary tool error: the loop goes on
+    assert state(db, sid, now_ms=1001) == "working"
+    set_message(db, mid, error={"name": "MessageAbortedError"})
+    assert state(db, sid) == "idle"  # interrupted
+
+
+def test_turn_state_of_a_prompt_an_old_turn_a_new_session(ran):
+    db, sid = ran
+    mid = last_message(db, sid)
+    set_message(db, mid, role="user")
+    assert state(db, sid) == "working"  # the prompt is in, the model request to come
+    set_message(db, mid, role="system")
+    assert state(db, sid) is None  # a role it does not know
+    set_message(db, mid, role="assistant", time={"created": 1}, finish=None)
+    con = sqlite3.connect(db)
+    m_created = con.execute("select time_created from message where id = ?", (mid,)).fetchone()[0]
+    con.close()
+    assert state(db, sid, since_ms=m_created) == "working"
+    assert state(db, sid, since_ms=m_created + 1) == "idle"  # a turn a killed opencode left open
+    edit(db, "delete from message where session_id = ?", (sid,))
+    assert state(db, sid) == "working"  # the first prompt's session, its message to come
+    assert state(db, sid, since_ms=2 ** 50) == "idle"  # an empty session from before the launch
+    assert state(db, "ses_" + "0" * 26) is None  # no such session
+
+
+def ctx(db: Path, sid: str | None, **kw) -> AgentContext:
+    return AgentContext(home=str(db.parent), env={"OPENCODE_DB": str(db)}, cwd=str(db.parent), conversation_id=sid, **kw)
+
+
+def test_the_hook_never_raises_and_has_no_opinion_on_what_it_cannot_read(ran, tmp_path):
+    db, sid = ran
+    agent = OpenCodeAgent()
+    assert agent.activity(ctx(db, sid), None) == "idle"
+    assert agent.activity(ctx(tmp_path / "missing.db", sid), None) is None  # no database
+    # no session in its folder since the launch: a TUI not prompted yet, at its prompt
+    assert agent.activity(ctx(db, None), None) == "idle"
+    assert agent.activity(ctx(tmp_path / "missing.db", None), None) == "idle"
+    mid = last_message(db, sid)
+    set_message(db, mid, time={"created": 1, "completed": "soon"}, finish="tool-calls")
+    assert agent.activity(ctx(db, sid), None) is None  # a value of another type
+    edit(db, "update message set data = ? where id = ?", ('{"role":"assistant","time":{"crea', mid))
+    assert agent.activity(ctx(db, sid), None) is None  # a row it cannot parse
+    half = tmp_path / "half.db"
+    half.write_bytes(db.read_bytes()[:3000])
+    assert agent.activity(ctx(half, sid), None) is None  # a database cut short
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"SQLite format 3\x00" + os.urandom(4096))
+    assert agent.activity(ctx(garbage, sid), None) is None
+
+
+def test_the_hook_pins_the_first_session_itself_when_the_record_has_none(ran, tmp_path):
+    """The watch never asks ``discover``: before the host knows the record's session, the hook finds
+    it (the newest top-level session in its folder since the launch) and keeps it."""
+    db, sid = ran
+    con = sqlite3.connect(db)
+    folder, created = con.execute("select directory, time_created from session where id = ?", (sid,)).fetchone()
+    con.close()
+    agent = OpenCodeAgent()
+    c = AgentContext(home=str(tmp_path), env={"OPENCODE_DB": str(db)}, cwd=folder, launched_at=created / 1000 - 1,
+                     record_id="r1")
+    set_message(db, last_message(db, sid), time={"created": 1}, finish=None)
+    assert agent.activity(c, None) == "working"
+    edit(db, "update session set directory = '/elsewhere' where id = ?", (sid,))  # discover finds none now
+    assert agent.activity(c, None) == "working"  # the session it found, remembered
+    assert OpenCodeAgent().activity(c, None) == "idle"  # (what a hook that did not remember says)
+
+
+def screen(name: str) -> str:
+    return (SCREENS / name).read_text()
+
+
+@pytest.mark.parametrize("name, asking", [
+    ("permission-100x30.txt", True), ("permission-60x20.txt", True), ("permission-always-100x30.txt", True),
+    ("permission-always-60x20.txt", True), ("question-100x30.txt", True), ("question-60x20.txt", True),
+    ("working-100x30.txt", False), ("idle-100x30.txt", False),
+    ("tool-output-100x30.txt", False),  # a command printed the dialogs' words: above the prompt box
+])
+def test_the_screen_marks_of_a_dialog(name, asking):
+    assert asks_user(screen(name)) is asking
+
+
+def test_a_dialog_on_screen_is_waiting_whatever_the_database_says(ran):
+    db, sid = ran
+    agent = OpenCodeAgent()
+    assert agent.activity(ctx(db, sid), screen("idle-100x30.txt")) == "idle"
+    assert agent.activity(ctx(db, sid), screen("permission-60x20.txt")) == "waiting"
+    assert agent.activity(ctx(db.parent / "missing.db", None), screen("question-100x30.txt")) == "waiting"
