@@ -276,10 +276,17 @@ def cmd_launch(host, args) -> int:
 
 
 def cmd_ls(host, args) -> int:
-    lives = host.ls(all_records=args.all)
+    from muxhost.state import LIVE_STATES
+
+    every = host.ls(all_records=True)  # (the same work: ls judges every record anyway)
+    lives = every if args.all else [lv for lv in every if lv.state in LIVE_STATES]
     if args.json:
         out_json([lv.to_dict() for lv in lives])
         return 0
+    lost = [lv for lv in every if lv.state == "lost" and lv.rec.state in ("running", "starting")]
+    if lost and not args.all:  # (their server went: a reboot, a crash, kill-server)
+        print(f"muxhost: note: {len(lost)} record(s) that were running lost their pane; `muxhost restore` "
+              "resumes them (`muxhost ls --all` lists them)", file=sys.stderr)
     if not lives:
         print("no records" + ("" if args.all else " running (see `muxhost ls --all`)"))
         return 0

@@ -176,6 +176,8 @@ def test_restore_after_the_server_died(mux):
     conv = next((mux.home / ".local" / "share" / "muxhost-demo").rglob(f"{c['conversation_id']}*"))
     conv.unlink()
     mux.tmux("kill-server")
+    hint = mux.run("ls")
+    assert hint.rc == 0 and "3 record(s) that were running lost their pane; `muxhost restore`" in hint.err
 
     dry = mux.ok("restore", "--dry-run", "--json")
     by_name = {e["name"]: e for e in dry}
