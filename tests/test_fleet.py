@@ -164,7 +164,8 @@ def test_the_watch_puts_idle_agents_to_sleep(mux):
     with Watching(mux) as w:
         wait_for(lambda: row(mux, rec["id"])["state"] == "asleep", timeout=15, what="asleep by the watch")
         mux.wait_screen(rec["pane"], "Enter wakes it")
-    assert ("idle", None) in [(c["old"], c["new"]) for c in w.changes]
+        wait_for(lambda: ("idle", None) in [(c["old"], c["new"]) for c in w.changes], timeout=10,
+                 what="the watch's change line for the agent it put to sleep")
 
 
 def test_restore_after_the_server_died(mux):

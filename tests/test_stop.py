@@ -96,7 +96,7 @@ def test_stop_finds_setsid_children_by_their_record_environment(mux, tmp_path):
     )
     mux.config.write_text(f"agents:\n  leaver:\n    command: [{sys.executable}, -c, {script!r}]\n")
     rec = mux.ok("launch", "leaver", "--json")
-    wait_for(pidfile.exists, what="the orphan's pid")
+    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="the orphan's pid")
     orphan = int(pidfile.read_text())
     assert _alive(orphan)
     out = mux.ok("stop", rec["id"], "--json")
