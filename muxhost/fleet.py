@@ -77,10 +77,14 @@ class FleetOps:
                                       "(has it been given a first prompt?); `muxhost stop` it instead")
             else:
                 todo.append(rec)
-        for rec, result in zip(todo, self.stop_many(todo, grace, view, keep_panes=True) if todo else []):
+        results = self.stop_many(todo, grace, view, keep_panes=True, refreshed=True) if todo else []
+        panes: dict[int, list] = {}  # one look per server at the panes the ladder left
+        for rec, result in zip(todo, results):
             if isinstance(result, Live):
-                result.notes = self._show_stub(rec)
-                result.pane = self.view([rec]).pane_for(rec)
+                backend = self.backend_of(rec)
+                if id(backend) not in panes:
+                    panes[id(backend)] = backend.snapshot() or []
+                result.pane, result.notes = self._show_stub(rec, panes[id(backend)])
             out[rec.id] = result
         return [out[r.id] for r in records]
 
@@ -105,13 +109,12 @@ class FleetOps:
         variables of any backend, and no record of its own."""
         from muxhost import procs
 
-        drop = {procs.RECORD_ENV}
-        for factory in self.registry.backends.values():
-            drop |= set(getattr(factory, "client_env", ()))
+        drop = self.client_vars() | {procs.RECORD_ENV}
         return {k: v for k, v in os.environ.items() if k not in drop}
 
-    def _show_stub(self, rec: Record) -> list[str]:
-        """The stub in the record's pane (its dead pane, else a new one named as before)."""
+    def _show_stub(self, rec: Record, panes: list) -> tuple[Any, list[str]]:
+        """The stub in the record's pane (its dead pane among ``panes``, else a new one named as
+        before): the pane, and notes (why there is none)."""
         from muxhost import stub
 
         backend = self.backend_of(rec)
@@ -119,7 +122,6 @@ class FleetOps:
                 *self._muxhost_argv(rec, "wake", rec.id)]
         cwd = rec.cwd if os.path.isdir(rec.cwd) else os.path.expanduser("~")
         try:
-            panes = backend.snapshot() or []
             pane = next((p for p in panes if p.record == rec.id), None)
             if pane is not None:
                 info = backend.respawn(pane.pane_id, argv, cwd=cwd, env=self._caller_env())
@@ -130,8 +132,8 @@ class FleetOps:
                 self.store.update(rec, pane=info.pane_id, session=info.session_id if created else None,
                                   created_session=created)
         except MuxhostError as e:
-            return [f"its pane could not show the stub ({e}); `muxhost wake {rec.id}` opens a new one"]
-        return []
+            return None, [f"its pane could not show the stub ({e}); `muxhost wake {rec.id}` opens a new one"]
+        return info, []
 
     def wake(self, rec: Record) -> Live:
         """An asleep record's agent again, in its pane (or a new one); any other record: resume."""

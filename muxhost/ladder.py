@@ -46,7 +46,8 @@ class LadderOps:
         return result
 
     def stop_many(self, records: list[Record], grace: float | None = None,
-                  view: View | None = None, keep_panes: bool = False) -> list["Live | MuxhostError"]:
+                  view: View | None = None, keep_panes: bool = False,
+                  refreshed: bool = False) -> list["Live | MuxhostError"]:
         """The stop ladder for many records at once, in lockstep: every agent gets its exit text,
         then one wait for all of them, then each step for whatever is left — so 50 agents take about
         as long as the slowest one, not 50 times one. Returns, per record in order, its stopped
@@ -54,11 +55,12 @@ class LadderOps:
 
         ``keep_panes`` (``muxhost sleep``): step 3 is SIGHUP to each agent's processes instead of
         closing its pane, which stays (dead, on a backend that keeps dead panes); the records are
-        ``asleep``, not ``stopped``."""
+        ``asleep``, not ``stopped``. ``refreshed``: the caller has just refreshed their conversation
+        ids on ``view``."""
         view = view or self.view(records)
         lives = [self.live(rec, view, check_resumable=False) for rec in records]
         running = [lv for lv in lives if lv.state == "running"]
-        if running:
+        if running and not refreshed:
             self.refresh(running, view)  # the conversation each is in right now, before it goes
         since = min((r.launched_at for r in records), default=0.0)
         view.table.marked_index(since)  # one environment scan serves every record

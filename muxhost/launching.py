@@ -24,14 +24,20 @@ _XDG_VARS = ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_CACHE_HO
 class LaunchOps:
     """The launch half of :class:`muxhost.host.Host`."""
 
+    def client_vars(self) -> set[str]:
+        """What every installed backend's multiplexer tells its processes about their client (tmux:
+        TMUX, TMUX_PANE): never handed on to a process muxhost starts in a pane."""
+        drop = set(self.current().client_env)
+        for factory in self.registry.backends.values():
+            drop |= set(getattr(factory, "client_env", ()))
+        return drop
+
     def agent_env(self, base: dict[str, str], home: str | None, agent_name: str,
                   extra: Iterable[str] = ()) -> tuple[str, dict[str, str]]:
         # what the launching client's multiplexer says about ITSELF (tmux: TMUX, TMUX_PANE): the
         # agent's pane gets its own
         # (of every installed backend: a launch on herdr from inside tmux must not hand over TMUX)
-        drop = set(self.current().client_env)
-        for factory in self.registry.backends.values():
-            drop |= set(getattr(factory, "client_env", ()))
+        drop = self.client_vars()
         env = {k: v for k, v in base.items() if k not in drop}
         caller_home = base.get("HOME") or os.path.expanduser("~")
         home = os.path.abspath(os.path.expanduser(home)) if home else caller_home
