@@ -58,17 +58,22 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: floa
         time.sleep(interval)
 
 
-def tree_hash(*roots: str | os.PathLike, skip: tuple[str, ...] = ()) -> dict[str, str]:
+def tree_hash(*roots: str | os.PathLike, skip: tuple[str, ...] = (),
+              sizes: dict[str, int] | None = None) -> dict[str, str]:
     """``{path: sha256}`` for every file (and ``path/: dir`` for folders) under the roots — compare
     one taken before a purge with one after to prove "byte for byte". Paths containing any of
-    ``skip`` are left out."""
+    ``skip`` are left out. ``sizes``, when given, is filled with each hashed file's size (of the
+    very bytes hashed), for :func:`appended_only`."""
     import hashlib
 
     out: dict[str, str] = {}
     for root in roots:
         root = Path(root)
         if root.is_file():
-            out[str(root)] = hashlib.sha256(root.read_bytes()).hexdigest()
+            data = root.read_bytes()
+            out[str(root)] = hashlib.sha256(data).hexdigest()
+            if sizes is not None:
+                sizes[str(root)] = len(data)
             continue
         if not root.is_dir():
             continue
@@ -81,9 +86,34 @@ def tree_hash(*roots: str | os.PathLike, skip: tuple[str, ...] = ()) -> dict[str
                 if any(s in p for s in skip):
                     continue
                 try:
-                    out[p] = hashlib.sha256(Path(p).read_bytes()).hexdigest()
+                    data = Path(p).read_bytes()
                 except OSError:
                     out[p] = "unreadable"
+                    continue
+                out[p] = hashlib.sha256(data).hexdigest()
+                if sizes is not None:
+                    sizes[p] = len(data)
+    return out
+
+
+def appended_only(before: dict[str, str], sizes: dict[str, int], after: dict[str, str]) -> dict[str, str]:
+    """``after`` without the files that only grew since ``before`` (``sizes`` from the same
+    :func:`tree_hash`): each such file's first ``sizes[p]`` bytes, read now, hash to what they did
+    before. A running agent appends to its own log while a refused purge runs; that is the agent's
+    doing, and it loses no byte. A file rewritten, truncated or with a line taken out stays in."""
+    import hashlib
+
+    out = dict(after)
+    for p, was in before.items():
+        now = after.get(p)
+        if now is None or now == was or was in ("dir", "unreadable") or p not in sizes:
+            continue
+        try:
+            data = Path(p).read_bytes()
+        except OSError:
+            continue
+        if len(data) > sizes[p] and hashlib.sha256(data[:sizes[p]]).hexdigest() == was:
+            out[p] = was
     return out
 
 
@@ -783,20 +813,26 @@ class AgentContract:
     def _skip(self, mux: Mux) -> tuple[str, ...]:
         return (str(self._muxhost_cache(mux)) + os.sep, *self.ignore_paths)
 
-    def _hash(self, mux: Mux) -> dict[str, str]:
+    def _hash(self, mux: Mux, sizes: dict[str, int] | None = None) -> dict[str, str]:
         # a -shm is SQLite's shared-memory index, which readers write too: not content
-        return {p: h for p, h in tree_hash(*self._roots(mux), skip=self._skip(mux)).items() if not p.endswith("-shm")}
+        hashed = tree_hash(*self._roots(mux), skip=self._skip(mux), sizes=sizes)
+        return {p: h for p, h in hashed.items() if not p.endswith("-shm")}
 
-    def _quiet_hash(self, mux: Mux) -> dict[str, str]:
-        """:meth:`_hash` once it has not changed for ``settle`` seconds (at most 30 s)."""
-        last = self._hash(mux)
+    def _quiet_hash(self, mux: Mux, sizes: dict[str, int] | None = None) -> dict[str, str]:
+        """:meth:`_hash` once it has not changed for ``settle`` seconds (at most 30 s); ``sizes``,
+        when given, gets the sizes of the files in the one returned."""
+        last_sizes: dict[str, int] = {}
+        last = self._hash(mux, last_sizes)
         deadline = time.monotonic() + 30
         while self.settle > 0 and time.monotonic() < deadline:
             time.sleep(self.settle)
-            now = self._hash(mux)
+            now_sizes: dict[str, int] = {}
+            now = self._hash(mux, now_sizes)
             if now == last:
                 break
-            last = now
+            last, last_sizes = now, now_sizes
+        if sizes is not None:
+            sizes.update(last_sizes)
         return last
 
     @staticmethod
@@ -867,11 +903,12 @@ class AgentContract:
         assert row["state"] == "running" and cid, f"[discover] after a turn `ls` shows {row}"
         assert self._row(mux, "discover", rec["id"])["conversation_id"] == cid, "[discover] the id changed on its own"
 
-        before = self._quiet_hash(mux)
+        sizes: dict[str, int] = {}
+        before = self._quiet_hash(mux, sizes)
         r = mux.run("purge", rec["id"], "--yes")
         assert r.rc == 4, f"[purge while running] exited {r.rc}, not 4: {(r.err or r.out).strip()}"
         assert r.err.startswith("muxhost: ") and r.err.count("\n") == 1, f"[purge while running] {r.err!r}"
-        after = self._hash(mux)
+        after = appended_only(before, sizes, self._hash(mux))  # the live agent may append to its log
         assert after == before, f"[purge while running] files changed: {self._changes(before, after)}"
 
         shown = self._ok(mux, "stop", "show", rec["id"], "--json")
@@ -962,12 +999,13 @@ class AgentContract:
         pane = mux.shell(cwd, env)
         mux.type(pane, shlex.join(argv))
         self.converse(mux, pane, unique_text("outside again"))
-        before = self._quiet_hash(mux)
+        sizes: dict[str, int] = {}
+        before = self._quiet_hash(mux, sizes)
         r = mux.run("purge", "--agent", self.agent, "--conversation", cid, "--yes")
         assert r.rc == 4, f"[in use] the conversation runs in a shell pane (`{shlex.join(argv)}`), but " \
                           f"`purge --agent {self.agent} --conversation {cid}` exited {r.rc}, not 4: " \
                           f"in_use() did not see it. {(r.err or r.out).strip()}"
-        after = self._hash(mux)
+        after = appended_only(before, sizes, self._hash(mux))  # the live agent may append to its log
         assert after == before, f"[in use] the refused purge changed files: {self._changes(before, after)}"
         mux.end_shell(pane)
         r = mux.run("purge", "--agent", self.agent, "--conversation", cid, "--dry-run")

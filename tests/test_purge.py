@@ -152,3 +152,24 @@ def test_discover_follows_the_conversation_the_agent_moved_to(mux, tmp_path):
     listed = mux.ok("ls", "--json")
     assert listed[0]["conversation_id"] == new_id != rec["conversation_id"]
     assert listed[0]["conversations"] == [rec["conversation_id"], new_id]  # the record remembers both
+
+
+def test_a_refused_purge_check_forgives_only_appends_by_the_live_agent(tmp_path):
+    """The contract suite's "a refused purge changed no files" lets a running agent append to its
+    own log meanwhile; a file that lost a byte, was rewritten or truncated is still a change."""
+    from muxhost.testing import appended_only
+
+    log, other = tmp_path / "agent.log", tmp_path / "conversation.jsonl"
+    log.write_bytes(b"one\ntwo\n")
+    other.write_bytes(b"mine\ntheirs\n")
+    sizes: dict[str, int] = {}
+    before = tree_hash(tmp_path, sizes=sizes)
+    with log.open("ab") as f:
+        f.write(b"three\n")
+    assert appended_only(before, sizes, tree_hash(tmp_path)) == before
+    for changed in (b"mine\n", b"mine\ntheirs\nmore\n"[::-1], b"mine\ntheirs\n"[:-1]):
+        other.write_bytes(changed)
+        assert appended_only(before, sizes, tree_hash(tmp_path)) != before, changed
+    other.write_bytes(b"mine\ntheirs\n")
+    log.write_bytes(b"one\n")  # a line taken out of the log
+    assert appended_only(before, sizes, tree_hash(tmp_path)) != before
