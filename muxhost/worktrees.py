@@ -11,6 +11,7 @@ shows nothing (or with ``--force``). Files git ignores go with the folder.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 from typing import Any
@@ -213,6 +214,28 @@ class WorktreeOps:
                                        f"{report.residual[0]}; the record is kept", INCOMPLETE)
                 result["purged"].append(report.to_dict())
                 done.append(f"purged {report.agent} conversation {cid}: {len(report.removed)} removed")
+        with self._unchanged(rec):
+            self._remove(rec, wt, present, ours, force, result)
+        return result
+
+    @contextlib.contextmanager
+    def _unchanged(self, rec: Record):
+        """Hold the record's conversation lock (a resume holds it until its pane runs) and refuse
+        (exit 4) when the record was started again since it was judged stopped: a worktree is never
+        removed, nor a record forgotten, under an agent that a concurrent resume just started."""
+        now = self.store.get(rec.id)
+        cid = (now or rec).conversation_id
+        with self.conversation_lock(rec.agent, cid, "rm") if cid else contextlib.nullcontext():
+            now = self.store.get(rec.id)
+            if now is None or (now.state, now.launched_at) != (rec.state, rec.launched_at):
+                raise Refused(f"record {rec.id} ({rec.name}) changed meanwhile (it is "
+                              f"{now.state if now else 'gone'}); its worktree and record were kept; look again")
+            yield
+
+    def _remove(self, rec: Record, wt: dict[str, Any] | None, present: bool, ours: bool, force: bool,
+                result: dict[str, Any]) -> None:
+        """The worktree, its branch and the record (see :meth:`rm`), under :meth:`_unchanged`."""
+        done = result["done"]
         if wt:
             removed = False
             if present and not ours:
@@ -234,4 +257,3 @@ class WorktreeOps:
         self.store.delete(rec)
         result["forgotten"] = True
         done.append(f"forgot record {rec.id} ({rec.name})")
-        return result
