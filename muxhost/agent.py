@@ -25,6 +25,8 @@ _XDG = {
 
 
 def _same_path(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    if os.fspath(a) == os.fspath(b):  # the usual case, asked for every record on every `ls`: no realpath
+        return True
     try:
         return os.path.realpath(a) == os.path.realpath(b)
     except (OSError, ValueError):
