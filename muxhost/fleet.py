@@ -79,7 +79,7 @@ class FleetOps:
                 todo.append(rec)
         results = self.stop_many(todo, grace, view, keep_panes=True, refreshed=True) if todo else []
         panes: dict[int, list] = {}  # one look per server at the panes the ladder left
-        for rec, result in zip(todo, results):
+        for rec, result in zip(todo, results, strict=True):
             if isinstance(result, Live):
                 backend = self.backend_of(rec)
                 if id(backend) not in panes:
@@ -253,7 +253,9 @@ class FleetOps:
         if until not in UNTIL:
             raise UsageError(f"--until {until!r}: expected one of {', '.join(UNTIL)}")
         deadline = None if timeout is None else time.monotonic() + timeout
-        watch = _Private(self, rec, float(self.config.watch("stall_after")))
+        from muxhost.watching import Watch
+
+        watch = Watch(self, WAIT_INTERVAL, float(self.config.watch("stall_after")), alert=False, only=rec)
         seen_other = False
         state = None
         while True:
@@ -297,36 +299,6 @@ class FleetOps:
         while rows and not rows[-1]:
             rows.pop()
         return "\n".join(rows[-lines:] if lines else rows)
-
-
-class _Private:
-    """The watch's judgement for one record, for ``wait``: nothing published, no hook, no alert."""
-
-    def __init__(self, host, rec: Record, stall_after: float):
-        from muxhost.watching import Watch
-
-        class Quiet(Watch):
-            def _records(self) -> list[Record]:
-                fresh = host.store.get(rec.id)
-                return [fresh] if fresh is not None else []
-
-            def _changed(self, live, old, new, since, alert):
-                return {"record": live.rec.id, "old": old, "new": new, "since": since}
-
-            def _publish(self) -> None:
-                pass
-
-        self.watch = Quiet(host, WAIT_INTERVAL, stall_after, alert=False)
-        self.watch.sleep_after = None  # (only the watch itself puts agents to sleep)
-        self.watch.server = (rec.backend or "tmux", rec.socket)
-        self.watch.backend = host.backend_of(rec)
-
-    @property
-    def tracks(self):
-        return self.watch.tracks
-
-    def step(self):
-        return self.watch.step()
 
 
 __all__ = ["FleetOps", "UNTIL", "parse_duration"]

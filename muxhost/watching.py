@@ -66,10 +66,13 @@ class Watch:
     (or KeyboardInterrupt) and then takes back what it published."""
 
     def __init__(self, host, interval: float, stall_after: float, alert: bool,
-                 emit: Callable[[dict[str, Any]], None] = lambda change: None):
+                 emit: Callable[[dict[str, Any]], None] = lambda change: None, only: Record | None = None):
         self.host, self.interval, self.stall_after, self.alert, self.emit = host, interval, stall_after, alert, emit
-        self.server = host.server
-        self.backend = host.current()
+        #: ``wait``'s watch: judges this one record (read afresh every pass) on its own server, and
+        #: publishes nothing: no options, no hook, no alert, no sleeping
+        self.only = only
+        self.server = (only.backend or "tmux", only.socket) if only else host.server
+        self.backend = host.backend_of(only) if only else host.current()
         self.sampler = procs.Sampler()
         self.tracks: dict[str, Track] = {}
         self.residents: dict[tuple[int, float, str], bool] = {}
@@ -79,7 +82,7 @@ class Watch:
         self.server_values: dict[str, str | None] = {}
         self.warned = 0
         self.refreshed: float | None = None    # the last time conversation ids were refreshed
-        self.sleep_after = host.config.watch("sleep_after")
+        self.sleep_after = None if only else host.config.watch("sleep_after")
         self.sleepers: dict[tuple[str, float], Any] = {}  # (record, idle since) -> its `muxhost sleep`
         import psutil
 
@@ -88,6 +91,9 @@ class Watch:
     # -- one pass -------------------------------------------------------------------------------
     def _records(self) -> list[Record]:
         store = self.host.store
+        if self.only is not None:
+            fresh = store.get(self.only.id)
+            return [fresh] if fresh is not None else []
         version = store.version()
         if version != self.version:  # another muxhost committed: read them again
             self.version = version
@@ -229,6 +235,8 @@ class Watch:
         rec = live.rec
         change = {"record": rec.id, "name": rec.name, "agent": rec.agent,
                   "pane": live.pane.pane_id if live.pane else None, "old": old, "new": new, "since": round(since, 3)}
+        if self.only is not None:
+            return change
         try:
             self.host.pm.hook.muxhost_activity_changed(record=live.to_dict(), old=old, new=new)
         except Exception as e:  # a plugin's notifier failing does not stop the watch
@@ -240,6 +248,8 @@ class Watch:
 
     def _publish(self) -> None:
         """What changed since the last publish, in one round trip."""
+        if self.only is not None:
+            return
         panes: dict[str, dict[str, str | None]] = {}
         counts: dict[str, int] = {}
         waiting: list[tuple[float, str]] = []
