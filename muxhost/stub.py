@@ -15,6 +15,12 @@ from __future__ import annotations
 import os
 import sys
 
+import _signal  # (the C module: `signal` would import enum)
+
+#: the keys a user may press in the pane by habit: Ctrl-C, Ctrl-\ and Ctrl-Z would end (or stop) the
+#: stub and leave the asleep record in a dead pane that Enter no longer wakes
+_IGNORED = (_signal.SIGINT, _signal.SIGQUIT, _signal.SIGTSTP)
+
 
 def _wake(argv: list[str]) -> tuple[int, str]:
     """Run the wake in its own session; its exit status and what it said on stderr."""
@@ -22,6 +28,8 @@ def _wake(argv: list[str]) -> tuple[int, str]:
     pid = os.fork()
     if pid == 0:  # the child: a session of its own, stdout to /dev/null, stderr to the pipe
         try:
+            for sig in _IGNORED:  # the wake is muxhost: its own Ctrl-C handling again
+                _signal.signal(sig, _signal.SIG_DFL)
             os.setsid()
             os.close(read_end)
             null = os.open(os.devnull, os.O_RDWR)
@@ -47,6 +55,8 @@ def _wake(argv: list[str]) -> tuple[int, str]:
 def main(args: list[str]) -> int:
     cut = args.index("--") if "--" in args else len(args)
     text, wake = " ".join(args[:cut]), args[cut + 1:]
+    for sig in _IGNORED:
+        _signal.signal(sig, _signal.SIG_IGN)
     out = sys.stdout
     out.write("\033[2J\033[H" + text + "\n")
     out.flush()

@@ -237,6 +237,23 @@ class Mux:
             time.sleep(pause)
             self.server.cmd("send-keys", "-t", pane_id, "Enter")
 
+    def resume_under_way(self, record_id: str, seconds: float = 1.5):
+        """A context manager: another muxhost's resume of record ``record_id`` under way — a process
+        holds the conversation's lock (as ``resume`` does until its pane runs) for ``seconds``, then
+        moves the record's ``launched_at`` (as a resume does) and lets go. Entered once the lock is held."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def held():
+            p = subprocess.Popen([sys.executable, "-c", _RESUME_UNDER_WAY, record_id, str(seconds)], env=self.env,
+                                 stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+            try:
+                assert p.stdout.readline() == "held\n", "the stand-in resume did not take the lock"
+                yield
+            finally:
+                p.wait(timeout=30 + seconds)
+        return held()
+
     def resume_command(self, ref: str) -> tuple[list[str], dict[str, str], str]:
         """What a user types to resume record ``ref``'s conversation outside muxhost: ``(argv, env,
         cwd)`` from the plugin's ``resume(ctx, conversation_id)``, given the context the host builds
@@ -313,7 +330,7 @@ class Mux:
             return
         table = procs.ProcessTable.snapshot()
         victims: dict[int, float] = {}
-        for rid, launched_at, pids in rows:
+        for rid, _launched_at, pids in rows:
             for p in procs.marked(rid, table):
                 victims[p.pid] = p.create_time
             for pid, ct in json.loads(pids or "[]"):
@@ -326,6 +343,19 @@ class Mux:
 SHELL_ENV = "MUXHOST_TESTING_SHELL"  # marks every process started in a Mux.shell pane
 
 # run with a Mux's environment: the plugin's resume command for a record, with the host's context
+_RESUME_UNDER_WAY = """\
+import sys, time
+from pathlib import Path
+from muxhost import locks
+from muxhost.store import Store
+store = Store()
+rec = store.get(sys.argv[1])
+with locks.conversation(Path(store.path).parent / "locks", rec.agent, rec.conversation_id, "resume"):
+    print("held", flush=True)
+    time.sleep(float(sys.argv[2]))
+    store.update(rec, launched_at=time.time())
+"""
+
 _RESUME_COMMAND = """\
 import json, sys
 from muxhost import config

@@ -141,6 +141,23 @@ def changes(path: str) -> list[str]:
     return [ln for ln in p.stdout.splitlines() if ln.strip()]
 
 
+def unreachable_head(path: str) -> str | None:
+    """The worktree's HEAD commit when HEAD is detached and no ref of the repository contains it
+    (commits made on a detached HEAD, or a rebase stopped halfway): removing the worktree takes its
+    HEAD and reflog, the only names those commits have. None when HEAD is on a branch or reachable."""
+    if git(path, "symbolic-ref", "-q", "HEAD", check=False).returncode == 0:
+        return None  # on a branch: the branch keeps its commits (delete_branch keeps a moved one)
+    head = git(path, "rev-parse", "--verify", "-q", "HEAD", check=False)
+    if head.returncode != 0:  # fail closed: what we cannot see may be work
+        raise MuxhostError(f"cannot tell which commit the worktree {path} is at: {why(head)}; nothing was removed")
+    sha = head.stdout.strip()
+    refs = git(path, "for-each-ref", "--count=1", "--contains", sha, "--format=%(refname)", check=False)
+    if refs.returncode != 0:
+        raise MuxhostError(f"cannot tell whether commit {sha[:12]} of the worktree {path} is on a branch: "
+                           f"{why(refs)}; nothing was removed")
+    return None if refs.stdout.strip() else sha
+
+
 def describe(lines: list[str]) -> str:
     """``2 changed, 1 untracked: a.py, b.py, notes.txt``."""
     untracked = sum(1 for ln in lines if ln.startswith("??"))
@@ -199,6 +216,12 @@ class WorktreeOps:
                 if dirty:
                     raise Refused(f"the worktree {wt['path']} has uncommitted changes ({describe(dirty)}); commit "
                                   f"or remove them, or rm --force; nothing was removed")
+                lost = unreachable_head(wt["path"])
+                if lost:
+                    raise Refused(f"the worktree {wt['path']} is at commit {lost[:12]}, which is on no branch: "
+                                  f"removing it would lose it; put it on one (git -C {wt['path']} branch NAME), "
+                                  f"or rm --force; nothing was removed")
+        self._refuse_in_use(rec)
         done: list[str] = []
         result: dict[str, Any] = {"id": rec.id, "name": rec.name, "purged": [], "worktree": None, "branch": None,
                                   "forgotten": False, "done": done}
@@ -217,6 +240,20 @@ class WorktreeOps:
         with self._unchanged(rec):
             self._remove(rec, wt, present, ours, force, result)
         return result
+
+    def _refuse_in_use(self, rec: Record) -> None:
+        """Exit 4 while the plugin says one of the record's conversations is in use: its agent may run
+        where this muxhost does not see its pane (another TMUX_TMPDIR, a server it cannot reach), and
+        its worktree and record must not go from under it. Fails closed, as for a purge."""
+        agent = self.registry.agents.get(rec.agent)
+        if agent is None:  # (the plugin is gone: nothing can say; the process checks above still ran)
+            return
+        ctx = self.context(rec)
+        for cid in dict.fromkeys([*([rec.conversation_id] if rec.conversation_id else []), *rec.conversations]):
+            held = self._holders(agent, ctx, cid)
+            if held:
+                raise Refused(f"record {rec.id} ({rec.name}): its conversation {cid} is in use ({'; '.join(held)}); "
+                              "stop it first; nothing was removed")
 
     @contextlib.contextmanager
     def _unchanged(self, rec: Record):

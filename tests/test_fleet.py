@@ -1,7 +1,6 @@
 """The fleet, with the demo agent in real panes: sleep and wake (the stub, Enter, `wake`, `--idle-for`,
 `watch.sleep_after`), restore after the tmux server died, and scripted control (send, wait, read)."""
 import os
-import sqlite3
 import time
 
 import psutil
@@ -125,6 +124,26 @@ def test_a_wake_that_fails_says_why_on_the_stub_and_nothing_runs(mux):
     screen = mux.wait_screen(pane, "Enter tries again")
     assert "no longer exists" in screen
     assert row(mux, rec["id"])["state"] == "asleep"
+
+
+def test_ctrl_c_ctrl_backslash_and_ctrl_z_in_the_stub_leave_it_waiting_for_enter(mux):
+    """Keys a user presses by habit never end the stub (which would leave a dead pane Enter cannot
+    wake); Enter still wakes the conversation there."""
+    rec = demo(mux, "keys")
+    pane = rec["pane"]
+    mux.type(pane, "hello")
+    mux.wait_screen(pane, "(turn 1)")
+    mux.ok("sleep", "keys")
+    mux.wait_screen(pane, "Enter wakes it")
+    stub = pane_process(mux, pane)
+    for key in ("C-c", "C-\\", "C-z"):
+        mux.tmux("send-keys", "-t", pane, key)
+    time.sleep(0.5)
+    assert alive(*stub) and psutil.Process(stub[0]).status() != psutil.STATUS_STOPPED
+    assert row(mux, rec["id"])["state"] == "asleep"
+    mux.type(pane, "", enter=True)
+    mux.wait_screen(pane, "demo>")
+    assert row(mux, rec["id"])["state"] == "running" and not alive(*stub)
 
 
 def test_sleep_is_refused_for_an_agent_with_no_conversation_to_wake(mux, stubborn_config):

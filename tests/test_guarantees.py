@@ -364,3 +364,53 @@ def test_a_shared_file_is_rewritten_only_under_its_lock_and_keeps_lines_written_
     texts = [json.loads(line)["text"] for line in lines]
     assert sorted(texts) == sorted(["keep this", "written while the purge waited", "typed meanwhile"])
     assert appended in lines
+
+
+# -- resume and rm never start or forget a conversation that still runs -----------------------------
+def test_resume_and_rm_refuse_while_the_conversation_runs_where_muxhost_does_not_see_it(mux):
+    """A pane gone from muxhost's view is no proof that its agent ended (another TMUX_TMPDIR, a server
+    it cannot reach): resume and rm ask the plugin's in_use first, as a purge does. Here the
+    conversation runs in a user's own shell."""
+    import shlex
+
+    rec = start_demo(mux, "hello there")
+    mux.ok("stop", rec["id"])
+    argv, env, cwd = mux.resume_command(rec["id"])
+    pane = mux.shell(cwd, env)
+    mux.type(pane, shlex.join(argv))
+    mux.wait_screen(pane, "demo>")
+    for args in (("resume", rec["id"]), ("rm", rec["id"])):
+        r = mux.run(*args)
+        assert r.rc == 4 and "in use" in r.err and r.err.count("\n") == 1, (args, r)
+    assert mux.ok("show", rec["id"], "--json")["state"] == "stopped"
+    assert [p for p in mux.tmux("list-panes", "-a", "-F", "#{pane_id}") if p != pane] == []  # nothing started
+    mux.end_shell(pane)
+    assert mux.ok("resume", rec["id"], "--json")["state"] == "running"
+
+
+def test_resume_refuses_while_an_earlier_run_left_a_process_and_stop_ends_it(mux):
+    """A detached process of the record's last run (its MUXHOST_RECORD, out of any pane) would be
+    left behind by the next stop once the resume moved launched_at past it: refused until stopped."""
+    rec = start_demo(mux, "hello there")
+    mux.ok("stop", rec["id"])
+    left = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True,
+                            env={**mux.env, "MUXHOST_RECORD": rec["id"]})
+    try:
+        r = mux.run("resume", rec["id"])
+        assert r.rc == 4 and f"pid {left.pid}" in r.err and "stop" in r.err, r
+        mux.ok("stop", rec["id"])
+        left.wait(timeout=10)
+        assert mux.ok("resume", rec["id"], "--json")["state"] == "running"
+    finally:
+        if left.poll() is None:
+            left.kill()
+
+
+def test_two_resumes_of_one_record_never_both_start_it(mux):
+    """The second resume waits for the first one's lock, sees launched_at moved, and starts nothing."""
+    rec = start_demo(mux, "hello there")
+    mux.ok("stop", rec["id"])
+    with mux.resume_under_way(rec["id"]):
+        r = mux.run("resume", rec["id"])
+    assert r.rc == 4 and "changed meanwhile" in r.err, r
+    assert len(mux.tmux("list-panes", "-a", "-F", "#{pane_id}")) == 0

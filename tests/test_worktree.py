@@ -268,29 +268,31 @@ def test_rm_refuses_an_asleep_record(mux, repo, tmp_path):
 def test_rm_waits_for_a_resume_under_way_and_then_keeps_what_it_started(mux, repo, tmp_path):
     """A resume holds the conversation's lock until its pane runs; rm waits for it, sees the record
     started again, and removes nothing: no worktree pulled from under a running agent."""
-    import sys
-
     rec = launched(mux, repo)
     mux.type(rec["pane"], "hello")
     mux.wait_screen(rec["pane"], "olleh")
     mux.ok("stop", rec["id"])
-    resuming = subprocess.Popen([sys.executable, "-c", """if True:
-        import sys, time
-        from pathlib import Path
-        from muxhost import locks
-        from muxhost.store import Store
-        store = Store()
-        rec = store.get(sys.argv[1])
-        with locks.conversation(Path(store.path).parent / "locks", rec.agent, rec.conversation_id, "resume"):
-            print("held", flush=True)
-            time.sleep(1.5)  # what a resume does under the lock: the record launched again
-            store.update(rec, launched_at=time.time())
-        """, rec["id"]], env=mux.env, stdout=subprocess.PIPE, text=True)
-    try:
-        assert resuming.stdout.readline() == "held\n"
+    with mux.resume_under_way(rec["id"]):
         r = mux.run("rm", rec["id"])
-    finally:
-        resuming.wait(timeout=30)
     one_line_error(r, 4, "changed meanwhile", "kept")
     assert (tmp_path / "proj-feat").is_dir() and "feat" in branches(repo)
     assert [r["id"] for r in mux.ok("ls", "--all", "--json")] == [rec["id"]]
+
+
+def test_rm_refuses_a_worktree_whose_commits_are_on_no_branch(mux, repo, tmp_path):
+    """Commits made on a detached HEAD have no name but the worktree's HEAD: removing the worktree
+    would lose them. Refused (nothing removed) until they are on a branch, or with --force."""
+    rec = launched(mux, repo)
+    mux.ok("stop", rec["id"])
+    path = tmp_path / "proj-feat"
+    git(path, "checkout", "-q", "--detach")
+    (path / "work.txt").write_text("an afternoon's work\n")
+    git(path, "add", "work.txt")
+    git(path, "commit", "-q", "-m", "work")
+    sha = git(path, "rev-parse", "HEAD")
+    one_line_error(mux.run("rm", rec["id"]), 4, sha[:12], "on no branch", "nothing was removed")
+    assert path.is_dir() and "feat" in branches(repo)
+    assert [r["id"] for r in mux.ok("ls", "--all", "--json")] == [rec["id"]]
+    git(path, "branch", "keep")  # on a branch now: rm goes ahead, and the branch keeps the commit
+    assert mux.run("rm", rec["id"]).rc == 0
+    assert not path.exists() and git(repo, "rev-parse", "keep") == sha
