@@ -179,25 +179,6 @@ class LaunchOps:
         with self.store.transaction() as con:
             con.execute("DELETE FROM records WHERE id = ? AND state = 'starting'", (rec.id,))
 
-    def _refuse_resume_held(self, rec: Record, agent, live, cid: str) -> None:
-        """Exit 4 when the conversation runs somewhere already, or the record's last run left
-        processes: its pane gone from this muxhost's view is no proof that its agent ended (another
-        TMUX_TMPDIR, a server it cannot reach, a detached child). The plugin's ``in_use`` is asked
-        as for a purge (fail closed); an asleep record's own stub pane is no holder."""
-        from muxhost import procs
-
-        table = procs.ProcessTable.snapshot()
-        own = {p.pid for p in live.tree} if live.pane is not None else set()
-        left = [p for p in procs.marked(rec.id, table) if p.pid not in own]
-        if left:
-            raise Refused(f"record {rec.id} ({rec.name}) still has processes of an earlier run (pid "
-                          f"{', '.join(str(p.pid) for p in left[:5])}); `muxhost stop {rec.id}` ends them first")
-        if live.state == "asleep" and live.pane is not None:
-            return  # muxhost's stub runs in its pane, and the ladder ended the agent there
-        held = self._holders(agent, self.context(rec, table=table), cid)
-        if held:
-            raise Refused(f"conversation {cid} is in use ({'; '.join(held)}): it runs already; stop it first")
-
     def resume(self, rec: Record, target: str | None = None, split: str | None = None,
                session_name: str | None = None) -> Live:
         """The record's conversation again, in its (dead) pane, else a new one (``target``, ``split``;
@@ -233,7 +214,9 @@ class LaunchOps:
                 raise Refused(f"record {rec.id} changed meanwhile (it is {now.state if now else 'gone'}); look again")
             if not agent.exists(ctx, cid):
                 raise NotFound(f"conversation {cid} of agent {agent.name} no longer exists")
-            self._refuse_resume_held(rec, agent, live, cid)
+            # (an asleep record's pane runs muxhost's stub, and the ladder ended the agent there)
+            stub = live.state == "asleep" and live.pane is not None
+            self.refuse_alive(rec, agent, [] if stub else [cid], own=[p.pid for p in live.tree])
             self.store.update(rec, launched_at=time.time())
             reuse = (live.pane is not None and (live.pane.dead or live.state == "asleep") and not (target or split)
                      and self.backend_of(rec).keeps_dead_panes)  # (herdr: no pane to start in again)

@@ -157,11 +157,37 @@ class PurgeOps:
         matches = [r for r in self.store.all() if r.agent == agent and r.conversation_id == conversation_id]
         return matches[-1] if matches else None
 
-    def _holders(self, agent: Agent, ctx: AgentContext, conversation_id: str) -> list[str]:
+    def refuse_alive(self, rec: Record, agent: Agent | None, conversations: Iterable[str],
+                     own: Iterable[int] = (), then: str = "") -> None:
+        """Exit 4 while something of the record may still run where its pane does not show it — a
+        pane gone from this muxhost's view (another TMUX_TMPDIR, a server it cannot reach) is no
+        proof that its agent ended: a process of an earlier run (its ``MUXHOST_RECORD``, outside
+        ``own``: the record's own pane tree), or one of ``conversations`` held (another live
+        record, or the plugin's ``in_use``, fail closed, as for a purge). Asked before ``resume``
+        starts a record again and before ``rm`` forgets one; ``then`` ends the message."""
+        from muxhost import procs
+
+        cids = list(dict.fromkeys(conversations))
+        view = self.view([rec, *(r for r in self.store.all() if r.conversation_id in cids)])
+        skip = set(own)
+        left = [p for p in procs.marked(rec.id, view.table) if p.pid not in skip]
+        if left:
+            raise Refused(f"record {rec.id} ({rec.name}) still has processes of an earlier run (pid "
+                          f"{', '.join(str(p.pid) for p in left[:5])}); `muxhost stop {rec.id}` ends them first{then}")
+        if agent is None:  # (its plugin is gone: nothing can say more)
+            return
+        ctx = self.context(rec, table=view.table)
+        for cid in cids:
+            held = self._holders(agent, ctx, cid, view)
+            if held:
+                raise Refused(f"conversation {cid} of record {rec.id} ({rec.name}) is in use "
+                              f"({'; '.join(held)}): it runs already; stop it first{then}")
+
+    def _holders(self, agent: Agent, ctx: AgentContext, conversation_id: str, view=None) -> list[str]:
         holders = []
         records = [r for r in self.store.all() if r.agent == agent.name and r.conversation_id == conversation_id]
         if records:
-            view = self.view(records)
+            view = view or self.view(records)
             for r in records:
                 lv = self.live(r, view, agent, check_resumable=False)
                 if lv.state in ("running", "starting"):

@@ -191,18 +191,12 @@ class WorktreeOps:
         uncommitted or untracked changes (unless ``force``); then purge its conversations
         (``purge``), remove the worktree, delete its branch (only at its base) and forget the record.
         Returns what was done: ``{"id", "name", "purged", "worktree", "branch", "forgotten", "done"}``."""
-        from muxhost import procs
-
         view = self.view([rec])
         live = self.live(rec, view, self.registry.agents.get(rec.agent), check_resumable=False)
         state = "asleep" if rec.state == "asleep" else live.state
         if state in ("running", "starting", "asleep", "exited"):
             where = f" in pane {live.pane.pane_id}" if live.pane else ""
             raise Refused(f"record {rec.id} ({rec.name}) is {state}{where}; stop it first")
-        left = procs.marked(rec.id, view.table, since=rec.launched_at)
-        if left:
-            raise Refused(f"record {rec.id} ({rec.name}) still has processes running (pid "
-                          f"{', '.join(str(p.pid) for p in left[:5])}); stop it first")
         wt = rec.worktree
         present = bool(wt) and os.path.lexists(wt["path"])
         ours = False
@@ -221,7 +215,9 @@ class WorktreeOps:
                     raise Refused(f"the worktree {wt['path']} is at commit {lost[:12]}, which is on no branch: "
                                   f"removing it would lose it; put it on one (git -C {wt['path']} branch NAME), "
                                   f"or rm --force; nothing was removed")
-        self._refuse_in_use(rec)
+        self.refuse_alive(rec, self.registry.agents.get(rec.agent),
+                          [*([rec.conversation_id] if rec.conversation_id else []), *rec.conversations],
+                          then="; nothing was removed")
         done: list[str] = []
         result: dict[str, Any] = {"id": rec.id, "name": rec.name, "purged": [], "worktree": None, "branch": None,
                                   "forgotten": False, "done": done}
@@ -240,20 +236,6 @@ class WorktreeOps:
         with self._unchanged(rec):
             self._remove(rec, wt, present, ours, force, result)
         return result
-
-    def _refuse_in_use(self, rec: Record) -> None:
-        """Exit 4 while the plugin says one of the record's conversations is in use: its agent may run
-        where this muxhost does not see its pane (another TMUX_TMPDIR, a server it cannot reach), and
-        its worktree and record must not go from under it. Fails closed, as for a purge."""
-        agent = self.registry.agents.get(rec.agent)
-        if agent is None:  # (the plugin is gone: nothing can say; the process checks above still ran)
-            return
-        ctx = self.context(rec)
-        for cid in dict.fromkeys([*([rec.conversation_id] if rec.conversation_id else []), *rec.conversations]):
-            held = self._holders(agent, ctx, cid)
-            if held:
-                raise Refused(f"record {rec.id} ({rec.name}): its conversation {cid} is in use ({'; '.join(held)}); "
-                              "stop it first; nothing was removed")
 
     @contextlib.contextmanager
     def _unchanged(self, rec: Record):

@@ -296,3 +296,23 @@ def test_rm_refuses_a_worktree_whose_commits_are_on_no_branch(mux, repo, tmp_pat
     git(path, "branch", "keep")  # on a branch now: rm goes ahead, and the branch keeps the commit
     assert mux.run("rm", rec["id"]).rc == 0
     assert not path.exists() and git(repo, "rev-parse", "keep") == sha
+
+
+def test_rm_refuses_while_a_process_of_the_record_is_left_and_removes_nothing(mux, repo, tmp_path):
+    """A detached process of the record (its MUXHOST_RECORD, out of any pane) may be working in the
+    worktree: rm refuses until `stop` ended it."""
+    import sys
+
+    rec = launched(mux, repo)
+    mux.ok("stop", rec["id"])
+    left = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True,
+                            env={**mux.env, "MUXHOST_RECORD": rec["id"]}, cwd=tmp_path / "proj-feat")
+    try:
+        one_line_error(mux.run("rm", rec["id"]), 4, f"pid {left.pid}", "nothing was removed")
+        assert (tmp_path / "proj-feat").is_dir() and "feat" in branches(repo)
+        mux.ok("stop", rec["id"])
+        left.wait(timeout=10)
+        assert mux.run("rm", rec["id"]).rc == 0 and not (tmp_path / "proj-feat").exists()
+    finally:
+        if left.poll() is None:
+            left.kill()
