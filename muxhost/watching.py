@@ -76,7 +76,8 @@ class Watch:
         self.sampler = procs.Sampler()
         self.tracks: dict[str, Track] = {}
         self.residents: dict[tuple[int, float, str], bool] = {}
-        self.records: list[Record] = []
+        self.records: list[Record] = []        # the records on this server
+        self.everyone: list[Record] | None = None  # every record (on every server): what refresh weighs
         self.version: int | None = None
         self.looked: float | None = None       # the time of the previous pass
         self.server_values: dict[str, str | None] = {}
@@ -97,7 +98,8 @@ class Watch:
         version = store.version()
         if version != self.version:  # another muxhost committed: read them again
             self.version = version
-            self.records = [r for r in store.all() if (r.backend or "tmux", r.socket) == self.server]
+            self.everyone = store.all()
+            self.records = [r for r in self.everyone if (r.backend or "tmux", r.socket) == self.server]
         return self.records
 
     def step(self) -> list[dict[str, Any]] | None:
@@ -174,7 +176,9 @@ class Watch:
             # would say: the plugins' activity reads that conversation
             from muxhost.state import View
 
-            self.host.refresh([r[0] for r in running], View({self.server: panes}, table), self.records)
+            # (every record, on every server, is weighed: a conversation another record holds
+            # elsewhere is never handed to one of these; `wait`'s watch reads them from the store)
+            self.host.refresh([r[0] for r in running], View({self.server: panes}, table), self.everyone)
             self.refreshed = now
         screens = self.backend.screens(wanted) if wanted else {}
         changes: list[dict[str, Any]] = []

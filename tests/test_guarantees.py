@@ -24,7 +24,7 @@ import pytest
 
 from muxhost import procs
 from muxhost.store import Record, Store
-from muxhost.testing import install_plugin, tree_hash, wait_for
+from muxhost.testing import Watching, install_plugin, tree_hash, wait_for
 
 GUARDS = textwrap.dedent('''
     """muxhost-guards: two small agents for tests/test_guarantees.py.
@@ -180,6 +180,51 @@ def test_a_conversation_of_another_live_record_is_never_handed_to_this_one(mux, 
     assert stopped["conversation_id"] == a["conversation_id"]
     assert b["conversation_id"] in told()[a["id"]]
     assert mux.ok("show", b["id"], "--json", env=env)["conversation_id"] == b["conversation_id"]
+
+
+def _claimers(mux, env, second_socket=None):
+    """Two claimer records, a (on the Mux's server) and b (on ``second_socket`` when given), b's
+    conversation file the newest on disk: what a greedy discover takes unless it is claimed."""
+    a = mux.ok("launch", "claimer", "--json", env=env)
+    b = mux.ok(*(["--socket", second_socket] if second_socket else []), "launch", "claimer", "--json", env=env)
+    folder = mux.home / ".local/share/claimer"
+    files = [folder / f"{rec['conversation_id']}.conv" for rec in (a, b)]
+    wait_for(lambda: all(p.exists() for p in files), what="both conversation files")
+    now = time.time()
+    os.utime(files[0], (now, now))
+    os.utime(files[1], (now, now + 100))
+    return a, b
+
+
+def _told(mux, rid) -> set[str]:
+    log = mux.home / "discover.jsonl"
+    return {c for line in log.read_text().splitlines() if (e := json.loads(line))["record"] == rid
+            for c in e["claimed"]} if log.exists() else set()
+
+
+def test_wait_weighs_every_record_when_it_asks_discover(mux, guards_site):
+    """`wait` judges one record, but its refresh of that record's conversation still claims what
+    every other live record holds: a greedy discover never moves it onto another's conversation."""
+    a, b = _claimers(mux, guards_site)
+    r = mux.run("wait", a["id"], "--until", "idle", "--timeout", "2", env=guards_site)
+    assert r.rc in (0, 1), r
+    assert b["conversation_id"] in _told(mux, a["id"])
+    assert mux.ok("show", a["id"], "--json", env=guards_site)["conversation_id"] == a["conversation_id"]
+
+
+def test_the_watch_weighs_records_on_other_servers_when_it_asks_discover(mux, guards_site):
+    """The watch of one server refreshes its agents' conversations with the records of every server
+    claimed: b runs on another tmux server, and a is never handed b's conversation."""
+    other = f"{mux.socket}-other"
+    try:
+        a, b = _claimers(mux, guards_site, other)
+        with Watching(mux, "--interval", "0.5", env=guards_site):
+            wait_for(lambda: b["conversation_id"] in _told(mux, a["id"]), timeout=20,
+                     what="the watch's refresh of a, told b's conversation")
+        assert mux.ok("show", a["id"], "--json", env=guards_site)["conversation_id"] == a["conversation_id"]
+        assert mux.ok("show", b["id"], "--json", env=guards_site)["conversation_id"] == b["conversation_id"]
+    finally:
+        subprocess.run(["tmux", "-L", other, "kill-server"], capture_output=True)
 
 
 # -- 3. the in-use check is repeated after an interactive "y" -----------------------------------------
