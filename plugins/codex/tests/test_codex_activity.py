@@ -70,26 +70,50 @@ def done(cx, thread: str, after: float, timeout: float = 60) -> float:
                     timeout=timeout, what=f"a reply on thread {thread} to end")
 
 
-def steps(w: Watching, rid: str) -> list[tuple[float, str]]:
-    return [(c["since"], c["new"]) for c in list(w.changes) if c["record"] == rid]
+def steps(w: Watching, rid: str, cause: float | None = None) -> list[tuple[float, str]]:
+    """``(since, state)`` of the record's changes (with ``cause``: those since it, give or take 0.5 s)."""
+    return [(c["since"], c["new"]) for c in list(w.changes)
+            if c["record"] == rid and (cause is None or c["since"] >= cause - 0.5)]
 
 
-def ready(mux, work: Path) -> tuple[str, str]:
-    """A codex TUI launched by muxhost, its first prompt answered (so its rollout exists)."""
+def working_then_idle(w: Watching, rid: str, cause: float, end: float) -> None:
+    """Since ``cause`` the record went ``working``, then ``idle`` no earlier than ``end``."""
+    after = steps(w, rid, cause)
+    assert [s for _, s in after] == ["working", "idle"], (after, w.changes)
+    assert after[1][0] >= end - 0.5
+
+
+def spawn(mux, cx, w: Watching, pane: str, word: str, task: str) -> tuple[float, str, str]:
+    """Once the pane is ``idle``, type a prompt with ``word`` (a ``spawn_agent`` call, conftest) and
+    see ``working`` within :data:`SOON`; returns the time of the Enter, the parent's thread and the
+    sub-agent's (the other thread whose input names ``task``, the tail of its task)."""
+    w.wait(pane, "idle", timeout=30)
+    t = enter(mux, pane, f"go {word}")
+    seen(w, pane, "working", t)
+    parent = thread_of(request(cx, word))
+    child = thread_of(wait_for(lambda: next((r for r in list(cx.server.requests) if thread_of(r) not in ("", parent)
+                                             and task in json.dumps(r["body"].get("input"))), None),
+                               timeout=30, what="the sub-agent to ask the model"))
+    return t, parent, child
+
+
+def ready(mux, cx, tmp_path: Path, **config) -> tuple[Path, str, str]:
+    """A codex TUI launched by muxhost in a new ``work`` folder (``cx.configure(work, **config)``),
+    its first prompt answered (so its rollout exists); returns the folder, the record and the pane."""
+    work = tmp_path / "work"
+    work.mkdir()
+    cx.configure(work, **config)
     rec = mux.ok("launch", "codex", "--cwd", str(work), "--json")
     rid, pane = rec["id"], rec["pane"]
     wait_for(lambda: any(r in mux.capture(pane) for r in READY), timeout=30, what="codex ready")
     enter(mux, pane, "hello")
     mux.wait_screen(pane, "fake reply")
-    return rid, pane
+    return work, rid, pane
 
 
 def test_a_slow_reply_is_working_then_idle(mux, mux_codex, tmp_path):
     cx = mux_codex
-    work = tmp_path / "work"
-    work.mkdir()
-    cx.configure(work)
-    rid, pane = ready(mux, work)
+    _, rid, pane = ready(mux, cx, tmp_path)
     assert mux.ok("ls", "--json")[0]["conversation_id"]  # the watch reads the record's thread
     with Watching(mux) as w:
         w.wait(pane, "idle", timeout=30)
@@ -100,15 +124,12 @@ def test_a_slow_reply_is_working_then_idle(mux, mux_codex, tmp_path):
         end = done(cx, thread_of(request(cx, "SLOW-REPLY")), t)
         seen(w, pane, "idle", end)
         mux.wait_screen(pane, "fake reply")
-    assert [s for since, s in steps(w, rid) if since >= t - 0.5] == ["working", "idle"], w.changes
+    assert [s for _, s in steps(w, rid, t)] == ["working", "idle"], w.changes
 
 
 def test_an_approval_and_a_question_are_waiting(mux, mux_codex, tmp_path):
     cx = mux_codex
-    work = tmp_path / "work"
-    work.mkdir()
-    cx.configure(work, approval="on-request", sandbox="workspace-write")
-    rid, pane = ready(mux, work)
+    work, rid, pane = ready(mux, cx, tmp_path, approval="on-request", sandbox="workspace-write")
     with Watching(mux) as w:
         w.wait(pane, "idle", timeout=30)
         t = enter(mux, pane, "now RUN-TOOL")
@@ -137,10 +158,7 @@ def test_an_approval_and_a_question_are_waiting(mux, mux_codex, tmp_path):
 def test_ls_without_a_watch_sees_the_approval_on_the_screen(mux, mux_codex, tmp_path):
     """Codex writes nothing while it asks: `ls` (no watch) asks again with the screen."""
     cx = mux_codex
-    work = tmp_path / "work"
-    work.mkdir()
-    cx.configure(work, approval="on-request", sandbox="workspace-write")
-    rid, pane = ready(mux, work)
+    _, rid, pane = ready(mux, cx, tmp_path, approval="on-request", sandbox="workspace-write")
     enter(mux, pane, "now RUN-TOOL")
     mux.wait_screen(pane, "Would you like to run the following command?")
     row = next(r for r in mux.ok("ls", "--json") if r["id"] == rid)
@@ -152,51 +170,29 @@ def test_a_sub_agent_ending_while_its_parent_works_leaves_it_working(mux, mux_co
     No `ls` runs first: the watch finds the thread from the locks the TUI holds (its sub-agent's
     too: the parent's, never the child's)."""
     cx = mux_codex
-    work = tmp_path / "work"
-    work.mkdir()
-    cx.configure(work)
-    rid, pane = ready(mux, work)
+    _, rid, pane = ready(mux, cx, tmp_path)
     with Watching(mux) as w:
-        w.wait(pane, "idle", timeout=30)
-        t = enter(mux, pane, "go SPAWN-SLOW")
-        seen(w, pane, "working", t)
-        parent = thread_of(request(cx, "SPAWN-SLOW"))
-        child = thread_of(wait_for(lambda: next((r for r in list(cx.server.requests) if thread_of(r) not in ("", parent)
-                                                 and "slowly" in json.dumps(r["body"].get("input"))), None),
-                                   timeout=30, what="the sub-agent to ask the model"))
+        t, parent, child = spawn(mux, cx, w, pane, "SPAWN-SLOW", "slowly")
         child_end = done(cx, child, t)
         parent_end = done(cx, parent, child_end)
         assert parent_end - child_end > 2.0, "the child did not end well before its parent"
         seen(w, pane, "idle", parent_end)
-    after = [(since, s) for since, s in steps(w, rid) if since >= t - 0.5]
-    assert [s for _, s in after] == ["working", "idle"], (after, w.changes)
-    assert after[1][0] >= parent_end - 0.5  # idle only once the parent's reply ended
+    working_then_idle(w, rid, t, parent_end)  # idle only once the parent's reply ended
     assert mux.ok("ls", "--json")[0]["conversation_id"] == parent
 
 
 def test_a_sub_agent_still_working_after_its_parent_keeps_it_working(mux, mux_codex, tmp_path):
     """The parent's turn ends at once; its sub-agent answers 6 s later (conftest): working until then."""
     cx = mux_codex
-    work = tmp_path / "work"
-    work.mkdir()
-    cx.configure(work)
-    rid, pane = ready(mux, work)
+    _, rid, pane = ready(mux, cx, tmp_path)
     assert mux.ok("ls", "--json")[0]["conversation_id"]
     with Watching(mux) as w:
-        w.wait(pane, "idle", timeout=30)
-        t = enter(mux, pane, "go SPAWN-BG")
-        seen(w, pane, "working", t)
-        parent = thread_of(request(cx, "SPAWN-BG"))
-        child = thread_of(wait_for(lambda: next((r for r in list(cx.server.requests) if thread_of(r) not in ("", parent)
-                                                 and "in the background" in json.dumps(r["body"].get("input"))), None),
-                                   timeout=30, what="the sub-agent to ask the model"))
+        t, parent, child = spawn(mux, cx, w, pane, "SPAWN-BG", "in the background")
         parent_end = done(cx, parent, t)
         child_end = done(cx, child, t)
         assert child_end - parent_end > 3.0, "the parent's turn did not end well before its child's"
         seen(w, pane, "idle", child_end)
-    after = [(since, s) for since, s in steps(w, rid) if since >= t - 0.5]
-    assert [s for _, s in after] == ["working", "idle"], (after, w.changes)
-    assert after[1][0] >= child_end - 0.5
+    working_then_idle(w, rid, t, child_end)
 
 
 # -- the hook on files ----------------------------------------------------------------------------
