@@ -582,6 +582,16 @@ class Watching:
                                  f"watch alive: {self.proc.poll() is None})") from None
         return time.monotonic() - t0
 
+    def changes_of(self, record: str, mark: int = 0, until: str | None = None, timeout: float = 10) -> list[dict[str, Any]]:
+        """The change lines of ``record`` from line ``mark`` on. With ``until``, once one of them goes
+        to that state: a state seen published (:meth:`wait`) may still have its line on the way."""
+        def mine() -> list[dict[str, Any]]:
+            return [c for c in list(self.changes)[mark:] if c["record"] == record]
+        if until is not None:
+            wait_for(lambda: any(c["new"] == until for c in mine()), timeout=timeout,
+                     what=f"the watch's change line of record {record} to {until}")
+        return mine()
+
     def stop(self) -> int:
         """SIGTERM, as a user's Ctrl-C or kill: the watch takes back what it published. Returns its
         exit status."""

@@ -171,9 +171,12 @@ class Watch:
             if blind or (needs_screen(agent) and (moved or tr.screen is None)):
                 wanted.append(pane.pane_id)
             running.append((live, tr, agent, busy, tool_busy, new))
-        if running and (any(r[5] for r in running) or self.refreshed is None or now - self.refreshed >= REFRESH_EVERY):
-            # which conversation each is in (a new agent's first, after a /new or /clear), as `ls`
-            # would say: the plugins' activity reads that conversation
+        # which conversation each is in (a new agent's first, after a /new or /clear), as `ls` would
+        # say: the plugins' activity reads that conversation. Every pass while an agent that can
+        # find its conversation has none yet (its first prompt is what makes one), else every 10 s.
+        unknown = any(r[0].rec.conversation_id is None and r[2] is not None and _discovers(r[2]) for r in running)
+        if running and (unknown or any(r[5] for r in running) or self.refreshed is None
+                        or now - self.refreshed >= REFRESH_EVERY):
             from muxhost.state import View
 
             # (every record, on every server, is weighed: a conversation another record holds
@@ -304,6 +307,13 @@ class Watch:
         for w in new:
             rec = f" for record {w['record']}" if w.get("record") else ""
             print(f"muxhost: warning: {w['agent']}: {w['hook']} failed{rec}: {w['error']}", file=sys.stderr, flush=True)
+
+
+def _discovers(agent) -> bool:
+    """Whether the plugin finds its agent's conversation itself (overrides ``discover``)."""
+    from muxhost.agent import Agent
+
+    return getattr(type(agent), "discover", Agent.discover) is not Agent.discover
 
 
 def lock_path(server: tuple[str, str | None]) -> str:

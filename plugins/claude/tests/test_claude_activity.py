@@ -238,7 +238,7 @@ def test_working_waiting_idle(claude_world):
             time.sleep(0.1)
         assert states == {"working"}, f"the answer streaming was {states}"
         _seen(watch, pane, "idle", slow["sent"])
-        assert _steps(watch.changes[mark:], rid) == [("idle", "working"), ("working", "idle")]
+        assert _steps(watch.changes_of(rid, mark, until="idle"), rid) == [("idle", "working"), ("working", "idle")]
 
         # a tool call that needs the user's permission: waiting within 3 s of the call
         mark, since = len(watch.changes), len(w.server.requests)
@@ -256,7 +256,7 @@ def test_working_waiting_idle(claude_world):
         done = _answered(w, "bash done", since)
         _seen(watch, pane, "idle", _sent(done))
         assert (cwd / ASKED_FILE).exists()
-        after = [new for _, new in _steps(watch.changes[mark:], rid)]
+        after = [new for _, new in _steps(watch.changes_of(rid, mark, until="idle"), rid)]
         assert after[-1] == "idle" and set(after) <= {"working", "idle"}, after
 
     # no watch: ls looks once, and the hook answers from claude's registry alone
@@ -306,7 +306,7 @@ def test_a_sub_agent_ending_keeps_the_parent_working(claude_world, source):
         assert parent["sent"] - sub_end > 4, "the parent still worked a while after the sub-agent ended"
         assert states == {"working"}, f"the parent was {states} after its sub-agent ended"
         _seen(watch, pane, "idle", parent["sent"])
-        assert _steps(watch.changes[mark:], rid) == [("idle", "working"), ("working", "idle")]
+        assert _steps(watch.changes_of(rid, mark, until="idle"), rid) == [("idle", "working"), ("working", "idle")]
     assert list((w.config_dir / "projects" / project_folder_name(str(cwd)) / rec["conversation_id"] / "subagents")
                 .glob("agent-*.jsonl")), "the sub-agent has a transcript of its own (which ended first)"
     assert registry.exists() == (source == "registry")

@@ -228,7 +228,6 @@ _TAIL = 1 << 16       # bytes read back from a rollout's end at first, looking f
 _TAIL_MAX = 1 << 24   # and at most
 _turns: dict[str, tuple[tuple[int, int], int, tuple[bool, float] | None]] = {}  # path -> (inode, size), read to, turn
 _rollout_paths: dict[str, Path] = {}  # thread id -> its rollout
-_sub_agents: dict[str, bool] = {}  # thread id -> its rollout's session_meta names a parent
 
 
 def asks_user(screen: str) -> bool:
@@ -458,14 +457,15 @@ class CodexAgent(Agent):
 
     def activity(self, ctx: AgentContext, screen: str | None) -> str | None:
         """``waiting`` while the screen ends in an approval prompt or a question (codex writes
-        neither to its rollout). Else the rollout of the record's thread (not known yet: of the
-        top-level thread the agent holds): ``working`` while its last turn is open (a request or a
-        tool in flight), or closed while a sub-agent's is open; ``idle`` once closed. A turn opened
-        before this launch (a killed codex left it) is closed. No rollout yet: no opinion."""
+        neither to its rollout). Else the rollout of the record's thread (which thread that is, is
+        ``discover``'s to say: the watch asks it every pass until the record has one): ``working``
+        while its last turn is open (a request or a tool in flight), or closed while a sub-agent's
+        is open; ``idle`` once closed. A turn opened before this launch (a killed codex left it) is
+        closed. No thread or no rollout yet: no opinion."""
         if screen is not None and asks_user(screen):
             return "waiting"
         home = codex_home(ctx)
-        tid = ctx.conversation_id or self._held_root(ctx, home)
+        tid = ctx.conversation_id
         path = rollout_of(ctx, home, tid) if tid else None
         turn = last_turn(path) if path else None
         if turn is None:
@@ -478,18 +478,6 @@ class CodexAgent(Agent):
     def _open(turn: tuple[bool, float] | None, ctx: AgentContext) -> bool:
         """An open turn of this launch (one opened before it was left by a codex that is gone)."""
         return bool(turn and turn[0] and not (ctx.launched_at and turn[1] and turn[1] < ctx.launched_at))
-
-    def _held_root(self, ctx: AgentContext, home: Path) -> str | None:
-        """The newest thread the agent holds whose rollout names no parent (none yet counts)."""
-        for tid in reversed(self.held_threads(ctx, home)):
-            if tid not in _sub_agents:
-                path = rollout_of(ctx, home, tid)
-                if path is None:
-                    return tid
-                _sub_agents[tid] = bool(_parent(session_meta(path)))
-            if not _sub_agents[tid]:
-                return tid
-        return None
 
     def _sub_agent_working(self, ctx: AgentContext, home: Path, tid: str) -> bool:
         """True when a sub-agent ``tid`` spawned (a spawn edge: one indexed query) has an open turn."""

@@ -167,8 +167,8 @@ def test_ls_without_a_watch_sees_the_approval_on_the_screen(mux, mux_codex, tmp_
 
 def test_a_sub_agent_ending_while_its_parent_works_leaves_it_working(mux, mux_codex, tmp_path):
     """The child answers after 1.5 s while the parent's reply streams for 6 s (conftest).
-    No `ls` runs first: the watch finds the thread from the locks the TUI holds (its sub-agent's
-    too: the parent's, never the child's)."""
+    No `ls` runs first: the watch's refresh finds the thread (discover: the parent's, never the
+    child's, though the TUI holds both)."""
     cx = mux_codex
     _, rid, pane = ready(mux, cx, tmp_path)
     with Watching(mux) as w:

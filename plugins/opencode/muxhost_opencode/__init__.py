@@ -102,9 +102,6 @@ class OpenCodeAgent(Agent):
     exit_text = "/exit"
     id_pattern = ID_PATTERN
 
-    def __init__(self) -> None:
-        self._pinned: dict[tuple[str | None, float], str] = {}  # (record, launch) -> session (activity)
-
     # -- where things are ----------------------------------------------------------------------
     def data_dir(self, ctx: AgentContext) -> Path:
         return ctx.data_home() / "opencode"
@@ -266,21 +263,18 @@ class OpenCodeAgent(Agent):
 
     def activity(self, ctx: AgentContext, screen: str | None) -> str | None:
         """``waiting`` while a dialog asks at the bottom of ``screen`` (:func:`asks_user`); else what
-        the session's last message says (:func:`turn_state`); None when it cannot be read. The
-        session is the record's, else (the watch never asks ``discover``) the one :meth:`discover`
-        finds, remembered; none in its folder since the launch: ``idle`` (not prompted yet)."""
+        the record's session's last message says (:func:`turn_state`); None when it cannot be read.
+        Before the host knows the session (the watch asks ``discover`` every pass until it does):
+        ``idle`` while no session was made in its folder since the launch (not prompted yet), else
+        no opinion — which session is this agent's is for ``discover``, with every other record's claimed."""
         if screen is not None and asks_user(screen):
             return "waiting"
         sid, db = ctx.conversation_id, self.db_path(ctx)
         if sid is None and db is not None:
-            key = (ctx.record_id, ctx.launched_at)
             try:
-                sid = self._pinned.get(key) or self.discover(ctx)
-                if sid is None:
-                    return "idle" if ctx.cwd and not self._fresh(ctx) else None
-            except (OSError, psutil.Error, sqlite3.Error, MuxhostError):
+                return "idle" if ctx.cwd and not self._fresh(ctx) else None
+            except (OSError, sqlite3.Error, MuxhostError):
                 return None
-            self._pinned[key] = sid
         if sid is None or db is None or not db.is_file():
             return None
         try:

@@ -98,7 +98,7 @@ def test_a_slow_reply_is_working_then_idle(tui, scripted):
         wait_for(lambda: "word8 " in t.mux.capture(t.pane), timeout=90, interval=0.1, what="the reply streaming")
         assert w.activity(t.pane) == "working"
         within(w, t, "idle", t.screen_shows(scripted["slow_done"]))
-        assert [c["new"] for c in t.changes(w)][-2:] == ["working", "idle"], t.changes(w)
+    assert [c["new"] for c in t.changes(w)][-2:] == ["working", "idle"], t.changes(w)  # (every line read)
 
 
 def test_a_permission_asked_is_waiting(tui, scripted):
@@ -137,13 +137,13 @@ def test_a_sub_agent_ending_keeps_its_parent_working(tui, scripted):
         assert child[1] == parent[0]
         ends = {sid: t.query("select max(json_extract(data, '$.time.completed')) from message where session_id = ?",
                              (sid,))[0][0] for sid in (parent[0], child[0])}
-        # the sub-agent really ended while its parent worked on (its own tool, then its reply)
-        assert ends[parent[0]] - ends[child[0]] > 4000, ends
-        states = [(c["new"], c["since"]) for c in t.changes(w) if c["since"] >= start]
-        assert states[0][0] == "working", states
-        idle = [(new, since) for new, since in states if new != "working"]
-        assert [new for new, _since in idle] == ["idle"], (states, ends)  # once, at the end
-        assert idle[0][1] * 1000 >= ends[parent[0]] - 500, (states, ends)
+    # the sub-agent really ended while its parent worked on (its own tool, then its reply)
+    assert ends[parent[0]] - ends[child[0]] > 4000, ends
+    states = [(c["new"], c["since"]) for c in t.changes(w) if c["since"] >= start]  # (every line read)
+    assert states[0][0] == "working", states
+    idle = [(new, since) for new, since in states if new != "working"]
+    assert [new for new, _since in idle] == ["idle"], (states, ends)  # once, at the end
+    assert idle[0][1] * 1000 >= ends[parent[0]] - 500, (states, ends)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -275,21 +275,20 @@ def test_the_hook_never_raises_and_has_no_opinion_on_what_it_cannot_read(ran, tm
     assert agent.activity(ctx(garbage, sid), None) is None
 
 
-def test_the_hook_pins_the_first_session_itself_when_the_record_has_none(ran, tmp_path):
-    """The watch never asks ``discover``: before the host knows the record's session, the hook finds
-    it (the newest top-level session in its folder since the launch) and keeps it."""
+def test_before_the_host_knows_the_session_the_hook_says_idle_only_while_none_was_made(ran, tmp_path):
+    """Which session is this agent's is for ``discover`` (every other record's claimed): the hook
+    never takes one itself. No session in the folder since the launch: idle; one: no opinion."""
     db, sid = ran
     con = sqlite3.connect(db)
     folder, created = con.execute("select directory, time_created from session where id = ?", (sid,)).fetchone()
     con.close()
     agent = OpenCodeAgent()
+    set_message(db, last_message(db, sid), time={"created": 1}, finish=None)  # that session works
     c = AgentContext(home=str(tmp_path), env={"OPENCODE_DB": str(db)}, cwd=folder, launched_at=created / 1000 - 1,
                      record_id="r1")
-    set_message(db, last_message(db, sid), time={"created": 1}, finish=None)
-    assert agent.activity(c, None) == "working"
-    edit(db, "update session set directory = '/elsewhere' where id = ?", (sid,))  # discover finds none now
-    assert agent.activity(c, None) == "working"  # the session it found, remembered
-    assert OpenCodeAgent().activity(c, None) == "idle"  # (what a hook that did not remember says)
+    assert agent.activity(c, None) is None
+    c.launched_at = created / 1000 + 60  # launched after it: not prompted yet
+    assert agent.activity(c, None) == "idle"
 
 
 def screen(name: str) -> str:
