@@ -42,7 +42,7 @@ class _Unbuilt:
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser; with ``command`` (one of :data:`CORE_COMMANDS`) only that command's
     parser under the top-level one — what parsing a command line that runs it needs (building
-    every command's parser is a large share of a command's start-up). See :func:`_runs_alone`."""
+    every command's parser is a large share of a command's start-up). See :func:`_command`."""
     p = _Parser(prog="muxhost", formatter_class=argparse.RawDescriptionHelpFormatter,
                 description="Run AI coding agents in tmux panes: launch, stop without orphans, resume, "
                             "and purge one conversation safely. Agents are plugins.",
@@ -603,44 +603,33 @@ COMMANDS = {"launch": cmd_launch, "ls": cmd_ls, "show": cmd_show, "stop": cmd_st
             "read": cmd_read, "rm": cmd_rm}
 
 
-def _command_word(argv: Sequence[str]) -> str | None:
-    it = iter(argv)
-    for a in it:
-        if a in ("--config", "--socket", "--backend"):
-            next(it, None)
-        elif a.startswith("-"):
-            continue
-        else:
-            return a
-    return None
-
-
 _GLOBAL_OPTIONS = ("--config", "--socket", "--backend")
 
 
-def _runs_alone(argv: Sequence[str], word: str | None) -> bool:
-    """True when ``argv`` can only run the core command ``word``: everything before it is a global
-    option spelled out with its value (``--config F``, ``--socket=S``) — nothing that prints the
-    top-level help or version, nothing argparse could take for the command (its error would list
-    every command). Then only ``word``'s parser is built: its errors and ``--help`` are the same."""
-    if word not in CORE_COMMANDS:
-        return False
-    i = 0
-    while i < len(argv):
-        a = argv[i]
+def _command(argv: Sequence[str]) -> tuple[str | None, bool]:
+    """The command word of ``argv`` (global options and their values skipped), and whether it runs
+    alone: a core command with nothing before it but global options spelled out with their value
+    (``--config F``, ``--socket=S``) — nothing that prints the top-level help or version, nothing
+    argparse could take for the command (its error would list every command). Then only its
+    parser is built: its errors and ``--help`` are the same."""
+    alone = True
+    it = iter(argv)
+    for a in it:
         if a in _GLOBAL_OPTIONS:
-            i += 2
+            next(it, None)
         elif a.startswith(tuple(f"{o}=" for o in _GLOBAL_OPTIONS)):
-            i += 1
+            continue
+        elif a.startswith("-"):
+            alone = False
         else:
-            return a == word
-    return False
+            return a, alone and a in CORE_COMMANDS
+    return None, False
 
 
 def cli(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    word = _command_word(argv)
-    parser = build_parser(word if _runs_alone(argv, word) else None)
+    word, alone = _command(argv)
+    parser = build_parser(word if alone else None)
     host = None
     try:
         if word is not None and word not in CORE_COMMANDS:

@@ -146,6 +146,9 @@ class LaunchOps:
     def _start(self, rec: Record, agent: Agent, launch: Launch, target=None, split=None,
                respawn_pane: str | None = None, session_name: str | None = None) -> Live:
         backend = self.backend_of(rec)
+        # (its plugins imported now, before any pane: a plugin that cannot be imported any more is
+        # an error before the agent runs, not after)
+        announce = self.pm.hook.muxhost_agent_launched
         env = dict(rec.env)
         env.update(launch.env)
         try:
@@ -172,7 +175,7 @@ class LaunchOps:
                           created_session=created, pids=pids, stopped_at=None, outcome=None, seconds=None,
                           conversation_id=launch.conversation_id or rec.conversation_id, argv=list(launch.argv))
         live = Live(rec, "running", pane, procs.ProcessTable.snapshot().tree(pane.pid) if pane.pid else [])
-        self.pm.hook.muxhost_agent_launched(record=live.to_dict())
+        announce(record=live.to_dict())
         return live
 
     def _forget(self, rec: Record) -> None:

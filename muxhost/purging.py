@@ -92,6 +92,7 @@ class PurgeOps:
             members = self._family(agent, ctx, conversation_id)
             self._refuse_held(agent, ctx, conversation_id, members)
             items, legacy = self._plan(agent, ctx, members)
+        purged = self.pm.hook.muxhost_conversation_purged  # (its plugins imported before anything goes)
         reason = self.pm.hook.muxhost_purge_veto(agent=agent.name, conversation_id=conversation_id,
                                                  artifacts=list(report.plan))
         if reason is not None:
@@ -110,8 +111,7 @@ class PurgeOps:
                 raise UsageError(str(e) or f"agent {agent.name!r} cannot purge") from None
             report.residual = list(agent.artifacts(ctx, conversation_id))
         report.notes = list(ctx.notes)
-        self.pm.hook.muxhost_conversation_purged(agent=agent.name, conversation_id=conversation_id,
-                                                 report=report.to_dict())
+        purged(agent=agent.name, conversation_id=conversation_id, report=report.to_dict())
         return report
 
     def _family(self, agent: Agent, ctx: AgentContext, conversation_id: str) -> list[str]:

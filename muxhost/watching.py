@@ -342,6 +342,11 @@ class WatchOps:
         backend = self.current()
         if backend.snapshot() is None:
             raise MuxhostError(self.no_server())
+        # a process that runs for days imports every plugin now: one removed or upgraded meanwhile
+        # must not fail a pass hours from now
+        load_pending = getattr(self.pm, "load_pending", None)
+        if load_pending is not None:
+            load_pending()
         path = lock_path(self.server)
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         try:

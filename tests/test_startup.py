@@ -1,11 +1,12 @@
 """Start-up: `muxhost ls` pays for every module it imports on every run, so it imports only what
 the command needs (README "Speed"). Checked the way a user would: `python -X importtime`, plugin
 modules that say when they are imported, and what the CLI prints."""
+import json
 import os
 import re
 import time
 
-from muxhost.testing import install_plugin, wait_for
+from muxhost.testing import Watching, install_plugin, wait_for
 
 
 def imported(err: str) -> set[str]:
@@ -90,6 +91,13 @@ def test_a_plugin_package_is_imported_only_when_a_command_needs_it(mux, tmp_path
     assert imported_now("ls") == {"muxhost_quiet"}  # a record of its agent: needed now
     assert imported_now("plugins") == {"muxhost_quiet", "muxhost_hark"}
     assert "quiet" in mux.ok("plugins", env=env)
+    # the watch, which runs for days, imports every plugin when it starts: one removed or upgraded
+    # meanwhile never fails a pass hours later
+    for f in markers.iterdir():
+        f.unlink()
+    with Watching(mux, env=env):
+        wait_for(lambda: {f.name for f in markers.iterdir()} == {"muxhost_quiet", "muxhost_hark"}, timeout=15,
+                 what="the watch to import every plugin")
     # the cache answers only while the plugin's code is as it was: an edit is seen at once
     module = tmp_path / "hark" / "site" / "muxhost_hark.py"
     harker = QUIET.partition(MARKED)[2].replace("Quiet", "Harker").replace("quiet", "harker")
@@ -191,3 +199,36 @@ def test_a_command_builds_only_its_own_parser_with_the_same_help_and_errors(mux,
             expected = f"muxhost: {e}\n"
         r = mux.run(*args, env=env)
         assert (r.rc, r.err) == (2, expected), args
+    # ... and a command does build only its own parser (the same output either way, so say it)
+    from muxhost.cli import _command
+
+    assert _command(["--socket=s", "--config", "c", "ls", "--json"]) == ("ls", True)
+    for args in (["-h", "ls"], ["--config", "x", "-h", "ls"], ["--bogus", "ls"], ["--", "ls"], ["lss"], ["--config"]):
+        assert _command(args)[1] is False, args
+    alone = build_parser("ls")
+    only = next(a for a in alone._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(only.choices) == {"ls"}
+
+
+def test_an_agent_name_clash_with_a_cached_plugin_is_the_error_it_is_without_the_cache(mux, tmp_path):
+    """The registry cache says a plugin gives agent `quiet`; a config agent of that name is the same
+    one-line error as when every plugin is imported up front."""
+    quiet = install_plugin(tmp_path / "quiet", "muxhost-quiet", "muxhost_quiet", QUIET)
+    _age(tmp_path / "quiet" / "site", 60)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    env = {**quiet, "MUXHOST_LOAD_PLUGINS": "muxhost_quiet", "MARKERS": str(markers)}
+    cache = mux.home / ".cache" / "muxhost" / "plugins.json"
+    wait_for(lambda: mux.ok("ls", env=env) is not None and cache.exists()
+             and "muxhost_quiet" in json.loads(cache.read_text())["plugins"], timeout=10,
+             what="the registry cache to learn the plugin")
+    for f in markers.iterdir():
+        f.unlink()
+    mux.ok("ls", env=env)
+    assert list(markers.iterdir()) == []  # warm: the plugin is pending, not imported
+    mux.config.write_text("agents:\n  quiet:\n    command: [sh]\n")
+    warm = mux.run("ls", env=env)
+    cache.unlink()
+    cold = mux.run("ls", env=env)
+    assert cold.rc != 0 and "registered twice" in cold.err and cold.err.count("\n") == 1, cold
+    assert (warm.rc, warm.err) == (cold.rc, cold.err)

@@ -6,7 +6,7 @@ only, ``a,b`` = only the entry points (or distributions) named ``a`` and ``b``.
 Listing entry points with ``importlib.metadata`` imports it and reads every installed distribution:
 a large share of each command's start-up. So the list is kept in ``$XDG_CACHE_HOME/muxhost/plugins.json``
 (``~/.cache/muxhost/plugins.json``) with a fingerprint of everything that scan reads (see
-:func:`installed_entrypoints`), and listed again only when that fingerprint changes.
+:meth:`_Cache.load`), and listed again only when that fingerprint changes.
 
 The same file is the registry cache: for each entry-point plugin, what importing and registering it
 showed — the hooks it implements, the agents and backends it registered — with the stat of every
@@ -270,20 +270,6 @@ def _first_line(e: BaseException) -> str:
 
 
 # -- the entry point cache and the registry cache -----------------------------------------------
-def installed_entrypoints() -> list[EntryPoint]:
-    """Every installed entry point of group ``muxhost``, in ``importlib.metadata.entry_points`` order.
-
-    From the cache file when its fingerprint is the one of now, else from ``importlib.metadata``
-    (then the cache is written). The fingerprint is what that scan reads: each ``sys.path`` entry,
-    the names of its ``*.dist-info`` / ``*.egg-info`` / ``*.egg`` children in listing order, and the
-    stat (mtime, size, inode) of each one, of its ``entry_points.txt`` and of its ``METADATA`` /
-    ``PKG-INFO``. A package installed, removed, upgraded or rewritten, or another ``sys.path``
-    (``PYTHONPATH``, another venv), is another fingerprint: the cache never answers for it. The
-    fingerprint is taken before the scan, so a change during the scan makes the next run scan again.
-    """
-    return _Cache.load().entry_points
-
-
 class _Cache:
     """The cache file as read (or scanned) now: the entry points, and the registry cache entry of
     each entry-point plugin by name (only under the same fingerprint: a scan starts it empty).
@@ -298,6 +284,15 @@ class _Cache:
 
     @classmethod
     def load(cls) -> "_Cache":
+        """Every installed entry point of group ``muxhost``, in ``importlib.metadata.entry_points``
+        order: from the cache file when its fingerprint is the one of now, else from
+        ``importlib.metadata`` (then the cache is written). The fingerprint is what that scan reads:
+        each ``sys.path`` entry, the names of its ``*.dist-info`` / ``*.egg-info`` / ``*.egg``
+        children in listing order, and the stat (mtime, size, inode) of each one, of its
+        ``entry_points.txt`` and of its ``METADATA`` / ``PKG-INFO``. A package installed, removed,
+        upgraded or rewritten, or another ``sys.path`` (``PYTHONPATH``, another venv), is another
+        fingerprint: the cache never answers for it. The fingerprint is taken before the scan, so a
+        change during the scan makes the next run scan again."""
         fp = _fingerprint()
         path = _cache_path()
         if fp is not None and path:
