@@ -278,7 +278,7 @@ def cmd_launch(host, args) -> int:
 def cmd_ls(host, args) -> int:
     from muxhost.state import LIVE_STATES
 
-    every = host.ls(all_records=True)  # (the same work: ls judges every record anyway)
+    every = host.ls()
     lives = every if args.all else [lv for lv in every if lv.state in LIVE_STATES]
     if args.json:
         out_json([lv.to_dict() for lv in lives])

@@ -243,7 +243,8 @@ class StateOps:
         lives = [self.live(r, view, check_resumable=False) for r in records]
         return [lv.rec for lv in lives if lv.state in LIVE_STATES], view
 
-    def ls(self, all_records: bool = False) -> list[Live]:
+    def ls(self) -> list[Live]:
+        """Every record, judged: its live state, conversation (refreshed), resumable, activity."""
         records = self.store.all()
         view = self.view(records)
         lives = [self.live(r, view, check_resumable=False) for r in records]
@@ -254,8 +255,6 @@ class StateOps:
         for lv in lives:
             lv.resumable = self._resumable(self.registry.agents.get(lv.rec.agent), lv.rec, lv)
         self.activities(lives, view)  # muxhost.activity: the watch's knowledge, else one look
-        if not all_records:
-            lives = [lv for lv in lives if lv.state in LIVE_STATES]
         return lives
 
     def resolve(self, ref: str) -> Record:

@@ -165,6 +165,26 @@ def _read_json(path: Path) -> tuple[Any, str | None]:
     return None, why
 
 
+def _live_entry(sessions: Path, pids: Iterable[int] | None, patient: bool) -> dict | None:
+    """The live registry entry (``sessions/<pid>.json``, its pid and start time checked) of the
+    first of ``pids`` that has one: the pane's claude. ``patient``: a file that cannot be parsed
+    is read once more after a moment (claude may be caught writing it); else it is no entry."""
+    for pid in pids or ():
+        path = sessions / f"{int(pid)}.json"
+        if patient:
+            entry, _why = _read_json(path)
+        else:
+            try:
+                entry = json.loads(path.read_bytes())
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError):
+                return None
+        if isinstance(entry, dict) and str(entry.get("pid", pid)) == str(pid) and registry_entry_live(entry, pid):
+            return entry
+    return None
+
+
 def _listdir(folder: Path) -> list[Path]:
     try:
         return sorted(folder.iterdir())
@@ -351,13 +371,11 @@ class ClaudeAgent(muxhost.Agent):
 
     # -- follow
     def discover(self, ctx: AgentContext) -> str | None:
-        sessions, claimed = ClaudePaths(ctx).sessions, set(ctx.claimed or ())
-        for pid in ctx.pids or ():
-            entry, _why = _read_json(sessions / f"{int(pid)}.json")
-            if isinstance(entry, dict) and str(entry.get("pid", pid)) == str(pid) and registry_entry_live(entry, pid):
-                sid = entry.get("sessionId")
-                if self.valid_id(sid) and sid not in claimed:
-                    return sid
+        claimed = set(ctx.claimed or ())
+        entry = _live_entry(ClaudePaths(ctx).sessions, ctx.pids, patient=True)
+        sid = entry.get("sessionId") if entry else None
+        if self.valid_id(sid) and sid not in claimed:
+            return sid
         if ctx.conversation_id and ctx.conversation_id not in claimed:
             return ctx.conversation_id
         return None
@@ -368,19 +386,12 @@ class ClaudeAgent(muxhost.Agent):
         the file in place): the end of the conversation's own transcript, :func:`transcript_activity`
         (it cannot see a permission prompt: a tool call waiting for one is ``working``)."""
         paths, cid = ClaudePaths(ctx), ctx.conversation_id
-        for pid in ctx.pids or ():
-            try:
-                entry = json.loads((paths.sessions / f"{int(pid)}.json").read_bytes())
-            except FileNotFoundError:
-                continue
-            except (OSError, ValueError):
-                break
-            if isinstance(entry, dict) and registry_entry_live(entry, pid):
-                answer = registry_activity(entry)
-                if answer is not None:
-                    return answer
-                cid = entry.get("sessionId") if self.valid_id(entry.get("sessionId")) else cid
-            break
+        entry = _live_entry(paths.sessions, ctx.pids, patient=False)  # (every watch pass: no retry pause)
+        if entry is not None:
+            answer = registry_activity(entry)
+            if answer is not None:
+                return answer
+            cid = entry.get("sessionId") if self.valid_id(entry.get("sessionId")) else cid
         transcript = paths.transcript(cid) if cid and ctx.cwd else None
         return transcript_activity(transcript) if transcript else None
 
