@@ -384,7 +384,9 @@ class ClaudeAgent(muxhost.Agent):
         """claude's own ``status`` in the live registry of the pane's claude (its start time checked):
         :func:`registry_activity`. No live entry, or none with a status (a torn read: claude rewrites
         the file in place): the end of the conversation's own transcript, :func:`transcript_activity`
-        (it cannot see a permission prompt: a tool call waiting for one is ``working``)."""
+        (it cannot see a permission prompt: a tool call waiting for one is ``working``); no transcript
+        of that conversation anywhere yet: ``idle`` (claude writes it with the first prompt; without
+        this, a fresh claude's timer redraws and CPU made the host's own evidence say ``working``)."""
         paths, cid = ClaudePaths(ctx), ctx.conversation_id
         entry = _live_entry(paths.sessions, ctx.pids, patient=False)  # (every watch pass: no retry pause)
         if entry is not None:
@@ -393,7 +395,11 @@ class ClaudeAgent(muxhost.Agent):
                 return answer
             cid = entry.get("sessionId") if self.valid_id(entry.get("sessionId")) else cid
         transcript = paths.transcript(cid) if cid and ctx.cwd else None
-        return transcript_activity(transcript) if transcript else None
+        if transcript is not None:
+            return transcript_activity(transcript)
+        if cid and not any(paths.projects.glob(f"*/{cid}.jsonl")):
+            return "idle"  # claude writes the transcript with the first prompt: none yet, at its prompt
+        return None
 
     def exists(self, ctx: AgentContext, conversation_id: str) -> bool:
         paths = ClaudePaths(ctx)

@@ -139,8 +139,14 @@ def test_the_hook_takes_the_live_registry_then_the_transcript(tmp_path, sleeper)
     folder = home / ".claude" / "projects" / project_folder_name(str(cwd))
     folder.mkdir(parents=True)
     ctx = AgentContext(home=str(home), cwd=str(cwd), pids=[sleeper.pid, 4_000_000], conversation_id=A)
-    assert agent.activity(ctx, None) is None  # no registry, no transcript
+    assert agent.activity(ctx, None) == "idle"  # no registry, no transcript yet: asked nothing yet
+    assert agent.activity(AgentContext(home=str(home), cwd=str(cwd), pids=[sleeper.pid]), None) is None  # no id
     assert agent.activity_reads_screen is False
+    elsewhere = home / ".claude" / "projects" / "-somewhere-else"
+    elsewhere.mkdir()
+    (elsewhere / f"{A}.jsonl").write_text(HEAD + PROMPT)
+    assert agent.activity(ctx, None) is None  # its transcript, in another folder: not known to be idle
+    (elsewhere / f"{A}.jsonl").unlink()
     (folder / f"{A}.jsonl").write_text(HEAD + PROMPT + _assistant("tool_use", TOOL))
     assert agent.activity(ctx, None) == "working"  # the transcript (it cannot see a permission prompt)
 
@@ -159,7 +165,7 @@ def test_the_hook_takes_the_live_registry_then_the_transcript(tmp_path, sleeper)
     reg.write_text(json.dumps({k: v for k, v in entry.items() if k not in ("status", "waitingFor")} | {"sessionId": other}))
     assert agent.activity(ctx, None) == "idle"
     (folder / f"{other}.jsonl").unlink()
-    assert agent.activity(ctx, None) is None
+    assert agent.activity(ctx, None) == "idle"
 
 
 # --------------------------------------------------------------------------------------------------
