@@ -79,6 +79,17 @@ def first_since(state: str, last_output: float | None, progress: float | None, s
     return None
 
 
+def untouched_since(idle_since: float | None, pane) -> float | None:
+    """Since when an ``idle`` agent has been idle with nobody typing into its pane's session (its
+    backend's ``last_input``, where known): what ``sleep --idle-for`` and ``watch.sleep_after``
+    measure, so an agent is never put to sleep (its half-typed line wiped by the ladder's Ctrl-U)
+    while someone is typing to it."""
+    if idle_since is None:
+        return None
+    last_input = getattr(pane, "last_input", None) if pane is not None else None
+    return max(idle_since, last_input) if last_input is not None else idle_since
+
+
 def split_tree(agent: Agent | None, tree: list[procs.Proc],
                cache: dict[tuple[int, float, str], bool] | None = None) -> tuple[list[procs.Proc], list[procs.Proc]]:
     """``(resident, tools)`` of a pane's process tree (root first; the root is the agent itself and is

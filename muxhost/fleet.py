@@ -59,7 +59,16 @@ class FleetOps:
     def sleep_many(self, records: list[Record], grace: float | None = None) -> list["Live | MuxhostError"]:
         """Put each record to sleep (in lockstep, as ``stop`` does): refused for one that has no
         conversation it can be woken into (nothing of it is stopped then); one asleep already is
-        left as it is."""
+        left as it is. The records' locks are held throughout, stub included (see
+        :meth:`stop_many`): a stop that comes meanwhile waits, then ends the stub."""
+        with self.record_locks([r.id for r in records], "sleep"):
+            for r in records:
+                now = self.store.get(r.id)
+                if now is not None:
+                    vars(r).update(vars(now))  # as whoever held the lock before left it
+            return self._sleep_many(records, grace)
+
+    def _sleep_many(self, records: list[Record], grace: float | None) -> list["Live | MuxhostError"]:
         view = self.view(records)
         lives = [self.live(r, view, check_resumable=False) for r in records]
         self.refresh([lv for lv in lives if lv.state == "running"], view)  # the conversation it is in now
@@ -140,10 +149,17 @@ class FleetOps:
         return self.resume(rec)
 
     def idle_for(self, seconds: float) -> list[Record]:
-        """The running records that have been ``idle`` for at least ``seconds``."""
+        """The running records that have been ``idle``, and nobody typed into their session, for at
+        least ``seconds`` (:func:`muxhost.activity.untouched_since`)."""
+        from muxhost.activity import untouched_since
+
         now = time.time()
-        return [lv.rec for lv in self.ls() if lv.state == "running" and lv.activity == "idle"
-                and lv.activity_since is not None and now - lv.activity_since >= seconds]
+        out = []
+        for lv in self.ls():
+            quiet = untouched_since(lv.activity_since, lv.pane) if lv.activity == "idle" else None
+            if lv.state == "running" and quiet is not None and now - quiet >= seconds:
+                out.append(lv.rec)
+        return out
 
     # -- restore -----------------------------------------------------------------------------------
     def restore(self, dry_run: bool = False) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from typing import Callable
 from muxhost import procs
 from muxhost.agent import Agent
 from muxhost.backends import Backend, PaneInfo
-from muxhost.errors import MuxhostError
+from muxhost.errors import MuxhostError, NotFound
 from muxhost.state import Live, Located, View, is_stub
 from muxhost.store import Record
 
@@ -56,7 +56,27 @@ class LadderOps:
         ``keep_panes`` (``muxhost sleep``): step 3 is SIGHUP to each agent's processes instead of
         closing its pane, which stays (dead, on a backend that keeps dead panes); the records are
         ``asleep``, not ``stopped``. ``refreshed``: the caller has just refreshed their conversation
-        ids on ``view``."""
+        ids on ``view``.
+
+        Each record's lock (:meth:`record_locks`) is held throughout: a stop that comes while
+        another muxhost stops, sleeps or resumes the record waits for it, then judges the record
+        as that left it (on a new view when it changed meanwhile)."""
+        with self.record_locks([r.id for r in records], "sleep" if keep_panes else "stop"):
+            fresh = [self.store.get(r.id) for r in records]
+            if any(f is None or (f.state, f.launched_at, f.pane) != (r.state, r.launched_at, r.pane)
+                   for f, r in zip(fresh, records)):
+                for r, f in zip(records, fresh):
+                    if f is not None:
+                        vars(r).update(vars(f))  # (the caller's objects: it prints them)
+                view, refreshed = None, False
+            gone = {r.id for r, f in zip(records, fresh) if f is None}
+            todo = [r for r in records if r.id not in gone]
+            done = iter(self._stop_many(todo, grace, view, keep_panes, refreshed) if todo else [])
+            return [NotFound(f"record {r.id} ({r.name}) is gone: another muxhost removed it") if r.id in gone
+                    else next(done) for r in records]
+
+    def _stop_many(self, records: list[Record], grace: float | None, view: View | None, keep_panes: bool,
+                   refreshed: bool) -> list["Live | MuxhostError"]:
         view = view or self.view(records)
         lives = [self.live(rec, view, check_resumable=False) for rec in records]
         running = [lv for lv in lives if lv.state == "running"]

@@ -209,7 +209,8 @@ class LaunchOps:
         self.check_command(agent, list(launch.argv), {**rec.env, **launch.env}, rec.cwd)
         # under the conversation's lock until the pane runs: a purge of it that starts meanwhile
         # sees this record running (and one already under way makes this wait, then refuse)
-        with self.conversation_lock(agent.name, cid, "resume"):
+        # and under the record's: a stop or sleep of it under way finishes first (then this refuses)
+        with self.conversation_lock(agent.name, cid, "resume"), self.record_locks([rec.id], "resume"):
             now = self.store.get(rec.id)
             # another muxhost woke, resumed or stopped it meanwhile (a resume moves launched_at under
             # this lock: two resumes of one lost record never both start it)

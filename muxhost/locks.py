@@ -1,10 +1,17 @@
 """The per-conversation lock that keeps a purge and a resume (or a launch into that conversation)
-from overlapping. ``flock`` with a deadline and :class:`LockTimeout` live in
+from overlapping, and the per-record lock that keeps a stop, a sleep, a resume (a wake) and an
+``rm`` of one record from overlapping. ``flock`` with a deadline and :class:`LockTimeout` live in
 :mod:`muxhost.kit.flock` and are importable from here too.
 
 A purge holds its conversation's lock from the in-use check until the residual is read; a resume
 or launch of that conversation holds it until its pane runs (so the purge's in-use check sees it).
 Whoever comes second waits a little, then is refused (exit 4) with what holds the lock.
+
+A stop or sleep holds its records' locks for the whole ladder (and the stub), a resume from its
+"changed meanwhile?" check until the pane runs, an ``rm`` while it removes: whoever comes second
+waits (a ladder takes seconds) and then judges the record as it is now — a stop that waited for a
+sleep ends the stub; a wake that waited for a stop finds the record stopped and starts nothing.
+Order, where both are held: the conversation's lock first, then the record's.
 """
 
 from __future__ import annotations
@@ -17,10 +24,13 @@ from typing import Iterator
 
 from muxhost.kit.flock import LockTimeout, flock
 
-__all__ = ["CONVERSATION_WAIT", "LockTimeout", "flock", "conversation_lock_path", "conversation"]
+__all__ = ["CONVERSATION_WAIT", "RECORD_WAIT", "LockTimeout", "flock", "conversation_lock_path", "conversation",
+           "record_lock_path", "records"]
 
 #: how long a second purge, resume or launch of one conversation waits before it is refused
 CONVERSATION_WAIT = 2.0
+#: how long a stop, sleep, resume or rm of a record waits for another one's (a whole ladder) first
+RECORD_WAIT = 60.0
 
 
 def conversation_lock_path(lock_dir: str | os.PathLike, agent: str, conversation_id: str) -> Path:
@@ -50,3 +60,31 @@ def conversation(lock_dir: str | os.PathLike, agent: str, conversation_id: str, 
             raise Refused(f"a purge of conversation {conversation_id} is in progress ({e.holder}); try again when it ends") from None
         raise Refused(f"conversation {conversation_id} is busy ({e.holder or 'another muxhost'}): "
                       "a purge of it may be in progress; try again") from None
+
+
+def record_lock_path(lock_dir: str | os.PathLike, record_id: str) -> Path:
+    digest = hashlib.sha256(f"record\0{record_id}".encode()).hexdigest()[:32]
+    return Path(lock_dir) / f"record-{digest}.lock"
+
+
+@contextlib.contextmanager
+def records(lock_dir: str | os.PathLike, record_ids: list[str], purpose: str,
+            timeout: float = RECORD_WAIT) -> Iterator[None]:
+    """Hold the lock of every record in ``record_ids`` (taken in sorted order, so two muxhosts
+    never each hold one the other waits for) for ``purpose`` (``stop``, ``sleep``, ``resume``,
+    ``rm``); refused (exit 4) when another muxhost holds one past ``timeout``."""
+    from muxhost.errors import Refused
+
+    lock_dir = Path(lock_dir)
+    lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        for rid in sorted(set(record_ids)):
+            path = record_lock_path(lock_dir, rid)
+            try:
+                stack.enter_context(flock(path, timeout, label=f"{purpose} pid {os.getpid()}"))
+            except LockTimeout as e:
+                if e.path != path:
+                    raise
+                raise Refused(f"record {rid} is busy ({e.holder or 'another muxhost'}): another muxhost is "
+                              "stopping, putting to sleep or resuming it; try again") from None
+        yield

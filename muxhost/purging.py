@@ -4,9 +4,10 @@ under the conversation's lock. Typed plans are carried out by :mod:`muxhost.plan
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from muxhost.agent import Agent, AgentContext, PurgeReport
 from muxhost.errors import MuxhostError, NotFound, Refused, UsageError
@@ -63,6 +64,23 @@ class PurgeOps:
         from muxhost import locks
 
         return locks.conversation(Path(self.store.path).parent / "locks", agent, conversation_id, purpose)
+
+    @contextlib.contextmanager
+    def record_locks(self, record_ids: Iterable[str], purpose: str) -> Iterator[None]:
+        """The per-record locks (muxhost.locks.records) of ``record_ids``, but for those this host
+        holds already (a sleep's locks serve the stop ladder it runs)."""
+        from muxhost import locks
+
+        new = sorted(set(record_ids) - self._held_records)
+        if not new:
+            yield
+            return
+        with locks.records(Path(self.store.path).parent / "locks", new, purpose):
+            self._held_records.update(new)
+            try:
+                yield
+            finally:
+                self._held_records.difference_update(new)
 
     def _purge(self, agent: Agent, ctx: AgentContext, conversation_id: str, rec: Record | None, *,
                dry_run: bool = False, stop: bool = False,
@@ -213,3 +231,4 @@ class PurgeOps:
             self.stop_adopted(loc)
         return self.purge(agent_name=loc.agent.name, conversation_id=loc.conversation_id, dry_run=dry_run,
                           confirm=confirm, ctx=loc.ctx)
+

@@ -239,16 +239,26 @@ class Mux:
 
     def resume_under_way(self, record_id: str, seconds: float = 1.5):
         """A context manager: another muxhost's resume of record ``record_id`` under way — a process
-        holds the conversation's lock (as ``resume`` does until its pane runs) for ``seconds``, then
-        moves the record's ``launched_at`` (as a resume does) and lets go. Entered once the lock is held."""
+        holds the conversation's lock and the record's (as ``resume`` does until its pane runs) for
+        ``seconds``, then moves the record's ``launched_at`` (as a resume does) and lets go. Entered
+        once the locks are held."""
+        return self._under_way("resume", record_id, seconds)
+
+    def stop_under_way(self, record_id: str, seconds: float = 1.5):
+        """A context manager: another muxhost's stop of record ``record_id`` under way — a process
+        holds the record's lock (as ``stop`` does for its whole ladder) for ``seconds``, then writes
+        the record down ``stopped`` and lets go. Entered once the lock is held."""
+        return self._under_way("stop", record_id, seconds)
+
+    def _under_way(self, what: str, record_id: str, seconds: float):
         import contextlib
 
         @contextlib.contextmanager
         def held():
-            p = subprocess.Popen([sys.executable, "-c", _RESUME_UNDER_WAY, record_id, str(seconds)], env=self.env,
+            p = subprocess.Popen([sys.executable, "-c", _UNDER_WAY, what, record_id, str(seconds)], env=self.env,
                                  stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
             try:
-                assert p.stdout.readline() == "held\n", "the stand-in resume did not take the lock"
+                assert p.stdout.readline() == "held\n", f"the stand-in {what} did not take the lock"
                 yield
             finally:
                 p.wait(timeout=30 + seconds)
@@ -343,17 +353,25 @@ class Mux:
 SHELL_ENV = "MUXHOST_TESTING_SHELL"  # marks every process started in a Mux.shell pane
 
 # run with a Mux's environment: the plugin's resume command for a record, with the host's context
-_RESUME_UNDER_WAY = """\
-import sys, time
+_UNDER_WAY = """\
+import contextlib, sys, time
 from pathlib import Path
 from muxhost import locks
 from muxhost.store import Store
+what, rid, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
 store = Store()
-rec = store.get(sys.argv[1])
-with locks.conversation(Path(store.path).parent / "locks", rec.agent, rec.conversation_id, "resume"):
+rec = store.get(rid)
+folder = Path(store.path).parent / "locks"
+with contextlib.ExitStack() as held:
+    if what == "resume":
+        held.enter_context(locks.conversation(folder, rec.agent, rec.conversation_id, what))
+    held.enter_context(locks.records(folder, [rid], what))
     print("held", flush=True)
-    time.sleep(float(sys.argv[2]))
-    store.update(rec, launched_at=time.time())
+    time.sleep(seconds)
+    if what == "resume":
+        store.update(rec, launched_at=time.time())
+    else:
+        store.update(rec, state="stopped", stopped_at=time.time())
 """
 
 _RESUME_COMMAND = """\

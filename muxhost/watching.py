@@ -13,7 +13,8 @@ nothing changed; a change is published in one round trip: per pane ``@muxhost_ac
 ``@muxhost_watch`` (this process, so ``ls`` knows the values are live). Each change also goes to
 the hook ``muxhost_activity_changed`` and to the caller's ``emit``; an agent that starts waiting
 gets the backend's alert (tmux: a message and the bell) unless ``watch.alert`` is false. With
-``watch.sleep_after`` (seconds), an agent idle that long is put to sleep (``muxhost sleep``).
+``watch.sleep_after`` (seconds), an agent idle that long, with nobody typing into its session
+meanwhile, is put to sleep (``muxhost sleep``).
 
 A second watch for the same server is refused (exit 4) naming the first one's pid: the lock file
 ``<state dir>/locks/watch-<server>.lock`` is held (``flock``) for the watch's life.
@@ -29,7 +30,7 @@ from typing import Any, Callable
 
 from muxhost import procs
 from muxhost.activity import (CPU_BUSY, STATES, Evidence, ask_plugin, first_since, judge, needs_screen,
-                              split_tree)
+                              split_tree, untouched_since)
 from muxhost.backends import (ACTIVITY_OPTION, ACTIVITY_SINCE_OPTION, SUMMARY_OPTION, WAITING_OPTION,
                               WATCH_OPTION, PaneInfo)
 from muxhost.errors import MuxhostError, Refused
@@ -232,7 +233,8 @@ class Watch:
                 self.sleepers[key] = None  # done (reaped): not again for this spell
         for tr in self.tracks.values():
             key = (tr.rec.id, tr.since)
-            if tr.activity == "idle" and tr.since is not None and now - tr.since >= self.sleep_after \
+            quiet = untouched_since(tr.since, tr.pane)
+            if tr.activity == "idle" and quiet is not None and now - quiet >= self.sleep_after \
                     and key not in self.sleepers:
                 self.sleepers[key] = subprocess.Popen(self.host._muxhost_argv(tr.rec, "sleep", tr.rec.id),
                                                       env=self.host._caller_env(), stdin=subprocess.DEVNULL,

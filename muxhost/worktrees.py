@@ -239,12 +239,14 @@ class WorktreeOps:
 
     @contextlib.contextmanager
     def _unchanged(self, rec: Record):
-        """Hold the record's conversation lock (a resume holds it until its pane runs) and refuse
-        (exit 4) when the record was started again since it was judged stopped: a worktree is never
-        removed, nor a record forgotten, under an agent that a concurrent resume just started."""
+        """Hold the record's conversation lock (a resume holds it until its pane runs) and its record
+        lock (a stop, a sleep), and refuse (exit 4) when the record was started again since it was
+        judged stopped: a worktree is never removed, nor a record forgotten, under an agent that a
+        concurrent resume just started."""
         now = self.store.get(rec.id)
         cid = (now or rec).conversation_id
-        with self.conversation_lock(rec.agent, cid, "rm") if cid else contextlib.nullcontext():
+        with self.conversation_lock(rec.agent, cid, "rm") if cid else contextlib.nullcontext(), \
+                self.record_locks([rec.id], "rm"):
             now = self.store.get(rec.id)
             if now is None or (now.state, now.launched_at) != (rec.state, rec.launched_at):
                 raise Refused(f"record {rec.id} ({rec.name}) changed meanwhile (it is "

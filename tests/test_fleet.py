@@ -1,6 +1,9 @@
 """The fleet, with the demo agent in real panes: sleep and wake (the stub, Enter, `wake`, `--idle-for`,
 `watch.sleep_after`), restore after the tmux server died, and scripted control (send, wait, read)."""
+import json
 import os
+import subprocess
+import sys
 import time
 
 import psutil
@@ -113,6 +116,60 @@ def test_wake_and_stop_of_an_asleep_agent(mux):
     assert row(mux, rec["id"])["state"] == "running"
 
 
+def stubs_of(rid):
+    """muxhost stubs running for record ``rid`` (its id is on their command line: the wake)."""
+    return [p.pid for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"]
+            and any(a.endswith(os.path.join("muxhost", "stub.py")) for a in p.info["cmdline"]) and rid in p.info["cmdline"]]
+
+
+def test_a_stop_during_a_sleep_waits_for_it_and_leaves_nothing(mux):
+    """A `stop` that comes while another muxhost puts the record to sleep waits for that sleep (the
+    record's lock), then ends the stub it left. Without the wait the quick stop was done first, the
+    sleep went on to show its stub in a new session, and the record said `asleep` after the stop
+    said `stopped`, its stub running."""
+    mux.config.write_text("stop:\n  exit_grace: 3\n")
+    rec = demo(mux, "both")
+    pane, rid = rec["pane"], rec["id"]
+    mux.type(pane, "hello")
+    mux.wait_screen(pane, "(turn 1)")  # a conversation on disk to wake in
+    mux.type(pane, "/hang")  # the exit text is not read: the sleep's ladder waits its 3 s
+    mux.wait_screen(pane, "on it ...")
+    sleeping = subprocess.Popen([sys.executable, "-m", "muxhost", "sleep", rid], env=mux.env, cwd=str(mux.home),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: "/exit" in [ln.strip() for ln in mux.capture(pane).splitlines()],
+                 what="the sleep's ladder typing its exit text")
+        stopped = mux.run("stop", "--grace", "0", rid, "--json")
+        out, err = sleeping.communicate(timeout=60)
+    finally:
+        sleeping.kill()
+        sleeping.wait()
+    assert sleeping.returncode == 0, (out, err)
+    assert stopped.rc == 0 and json.loads(stopped.out)["state"] == "stopped", stopped
+    assert row(mux, rid)["state"] == "stopped"
+    assert not mux.has_session("both")
+    assert stubs_of(rid) == [] and carrying(rid) == []
+
+
+def test_a_wake_during_a_stop_waits_for_it_and_starts_nothing(mux):
+    """The stub's Enter (a `wake`) while another muxhost stops the record: the wake waits for the
+    stop (the record's lock), finds the record stopped, and starts nothing (exit 4)."""
+    rec = demo(mux, "late")
+    pane, rid = rec["pane"], rec["id"]
+    mux.type(pane, "hello")
+    mux.wait_screen(pane, "(turn 1)")
+    mux.ok("sleep", rid)
+    mux.wait_screen(pane, "Enter wakes it")
+    stub = pane_process(mux, pane)
+    with mux.stop_under_way(rid, seconds=2):
+        t0 = time.monotonic()
+        woke = mux.run("wake", rid)
+    assert time.monotonic() - t0 >= 1.5, "the wake waited for the stop"
+    assert woke.rc == 4 and "changed meanwhile (it is stopped)" in woke.err, woke
+    assert carrying(rid) == [], "no agent was started"
+    assert pane_process(mux, pane) == stub  # (the stand-in stop ended nothing: its stub is still there)
+
+
 def test_a_wake_that_fails_says_why_on_the_stub_and_nothing_runs(mux):
     rec = demo(mux, "gone")
     pane = rec["pane"]
@@ -185,6 +242,33 @@ def test_the_watch_puts_idle_agents_to_sleep(mux):
         mux.wait_screen(rec["pane"], "Enter wakes it")
         wait_for(lambda: ("idle", None) in [(c["old"], c["new"]) for c in w.changes], timeout=10,
                  what="the watch's change line for the agent it put to sleep")
+
+
+def test_an_idle_agent_someone_types_to_is_not_put_to_sleep(mux):
+    """Idle for `sleep_after` (and `--idle-for`) counts from the last key a user typed into the
+    agent's session: while someone types the next prompt, the watch does not sleep the agent (the
+    ladder's Ctrl-U would wipe the line); once they stop, it does."""
+    mux.config.write_text("watch:\n  interval: 0.3\n  sleep_after: 3\n")
+    rec = demo(mux, "typed")
+    pane, rid = rec["pane"], rec["id"]
+    mux.type(pane, "hello")
+    mux.wait_screen(pane, "(turn 1)")
+    client = TmuxClient(mux.socket, "typed", mux.env)
+    try:
+        with Watching(mux) as w:
+            w.wait(pane, "idle")
+            end = time.monotonic() + 7  # idle for twice sleep_after, the user at the keyboard
+            while time.monotonic() < end:
+                client.press(b"x")
+                assert row(mux, rid)["state"] == "running", "put to sleep while someone typed to it"
+                time.sleep(0.5)
+            out = mux.run("sleep", "--idle-for", "2")
+            assert out.rc == 0 and "no agent has been idle that long" in out.out, out
+            assert "xxxxxxxx" in mux.capture(pane)  # the line being typed is still there
+            # they stop typing: asleep once sleep_after has passed since the last key
+            wait_for(lambda: row(mux, rid)["state"] == "asleep", timeout=15, what="asleep by the watch")
+    finally:
+        client.close()
 
 
 def test_restore_after_the_server_died(mux):

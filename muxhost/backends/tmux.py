@@ -23,7 +23,8 @@ _FIELDS = ("pane_id", "pane_pid", "pane_dead", "pane_dead_status", "session_id",
            # the activity watch's evidence (tmux keeps no per-pane output time: the window's, to the
            # second, and what moves when output comes), what it published, and the watch itself
            "window_activity", "history_size", "cursor_x", "cursor_y", ACTIVITY_OPTION, ACTIVITY_SINCE_OPTION,
-           WATCH_OPTION, "pane_dead_signal")
+           WATCH_OPTION, "pane_dead_signal",
+           "session_activity")  # (a client's key or attach; not send-keys: muxhost's own typing)
 FORMAT = SEP.join("#{%s}" % f for f in _FIELDS)
 # what tmux sets in a new pane's environment itself; the launcher takes these from its own
 PANE_ENV = ("TMUX", "TMUX_PANE", "TERM", "TERM_PROGRAM", "TERM_PROGRAM_VERSION", "SHELL")
@@ -41,7 +42,7 @@ def _parse(line: str) -> PaneInfo | None:
                     command=parts[8], record=parts[9] or None, agent=parts[10] or None,
                     last_output=_number(parts[11]), output_mark=SEP.join(parts[11:15]),
                     activity=parts[15] or None, activity_since=_number(parts[16]), watcher=parts[17] or None,
-                    extra={"dead_signal": parts[18]} if parts[18] else {})
+                    extra={"dead_signal": parts[18]} if parts[18] else {}, last_input=_number(parts[19]))
 
 
 def _number(text: str) -> float | None:
