@@ -80,8 +80,8 @@ def first_since(state: str, last_output: float | None, progress: float | None, s
 
 
 def untouched_since(idle_since: float | None, pane) -> float | None:
-    """Since when an ``idle`` agent has been idle with nobody typing into its pane's session (its
-    backend's ``last_input``, where known): what ``sleep --idle-for`` and ``watch.sleep_after``
+    """Since when an ``idle`` agent has been idle with nobody typing into its pane (its backend's
+    ``last_input``, where known): what ``sleep --idle-for`` and ``watch.sleep_after``
     measure, so an agent is never put to sleep (its half-typed line wiped by the ladder's Ctrl-U)
     while someone is typing to it."""
     if idle_since is None:

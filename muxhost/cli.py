@@ -154,7 +154,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
              "Enter in that pane, or `muxhost wake REF`, resumes the same conversation there. Refused (exit 4)\n"
              "for an agent with no conversation on disk yet. `ls` shows it asleep.")
     sp.add_argument("refs", metavar="REF", nargs="*", help="records to put to sleep (all at once)")
-    sp.add_argument("--idle-for", metavar="D", help="every running agent idle at least this long (30m, 2h, 90s)")
+    sp.add_argument("--idle-for", metavar="D", help="every running agent (with REFs: of those) idle, and not typed "
+                                                   "to, at least this long (30m, 2h, 90s)")
     sp.add_argument("--grace", type=float, metavar="S", help="seconds to wait after the exit text (stop.exit_grace)")
     json_flag(sp)
 
@@ -379,7 +380,7 @@ def _records(host, refs) -> list:
 
 def _outcomes(records, results, args, single: bool, done: str) -> int:
     """Print what the ladder did to each record (``stop``, ``sleep``); the worst exit code."""
-    from muxhost.fleet import ASLEEP_ALREADY
+    from muxhost.fleet import ASLEEP_ALREADY, NOT_IDLE
 
     failed = [r for r in results if isinstance(r, MuxhostError)]
     if args.json:
@@ -392,6 +393,9 @@ def _outcomes(records, results, args, single: bool, done: str) -> int:
                 print(f"muxhost: {rec.name} ({rec.id}): {r}", file=sys.stderr)
             elif ASLEEP_ALREADY in r.notes:
                 print(f"{rec.name} ({rec.id}) was asleep already")
+                continue
+            elif NOT_IDLE in r.notes:
+                print(f"{rec.name} ({rec.id}) was not idle that long ({r.activity or 'no activity known'}): left awake")
                 continue
             else:
                 print(f"{done} {rec.name} ({rec.id}): {rec.outcome} after {rec.seconds:.2f}s")
@@ -421,13 +425,11 @@ def cmd_sleep(host, args) -> int:
 
     if args.grace is not None and args.grace < 0:
         raise UsageError("--grace must be >= 0")
-    if (args.idle_for is not None) == bool(args.refs):
-        raise UsageError("sleep takes REF… or --idle-for D")
-    if args.idle_for is not None:
-        records = host.idle_for(parse_duration(args.idle_for, "--idle-for"))
-    else:
-        records = _records(host, args.refs)
-    results = host.sleep_many(records, grace=args.grace) if records else []
+    if args.idle_for is None and not args.refs:
+        raise UsageError("sleep takes REF… and/or --idle-for D")
+    idle_for = parse_duration(args.idle_for, "--idle-for") if args.idle_for is not None else None
+    records = _records(host, args.refs) if args.refs else host.idle_for(idle_for)
+    results = host.sleep_many(records, grace=args.grace, idle_for=idle_for) if records else []
     if args.idle_for is not None and not records and not args.json:
         print("no agent has been idle that long")
     return _outcomes(records, results, args, len(args.refs) == 1, "asleep")

@@ -32,6 +32,7 @@ UNTIL = ("idle", "waiting", "exited")
 SETTLE = 3.0
 WAIT_INTERVAL = 0.5  # seconds between two looks of `wait` (one pane query, one process-table pass)
 ASLEEP_ALREADY = "it was asleep already"
+NOT_IDLE = "it was not idle that long: left awake"
 
 
 def parse_duration(text: str, what: str = "duration") -> float:
@@ -48,6 +49,14 @@ def parse_duration(text: str, what: str = "duration") -> float:
     return value
 
 
+def _idle_that_long(lv: Live, seconds: float, now: float) -> bool:
+    """``lv`` runs, and has been idle with nobody typing to it for ``seconds``."""
+    from muxhost.activity import untouched_since
+
+    quiet = untouched_since(lv.activity_since, lv.pane) if lv.state == "running" and lv.activity == "idle" else None
+    return quiet is not None and now - quiet >= seconds
+
+
 def _ago_clock(t: float) -> str:
     return time.strftime("%H:%M" if time.time() - t < 86400 else "%Y-%m-%d %H:%M", time.localtime(t))
 
@@ -56,22 +65,30 @@ class FleetOps:
     """The fleet half of :class:`muxhost.host.Host`."""
 
     # -- sleep and wake ----------------------------------------------------------------------------
-    def sleep_many(self, records: list[Record], grace: float | None = None) -> list["Live | MuxhostError"]:
+    def sleep_many(self, records: list[Record], grace: float | None = None,
+                   idle_for: float | None = None) -> list["Live | MuxhostError"]:
         """Put each record to sleep (in lockstep, as ``stop`` does): refused for one that has no
         conversation it can be woken into (nothing of it is stopped then); one asleep already is
         left as it is. The records' locks are held throughout, stub included (see
-        :meth:`stop_many`): a stop that comes meanwhile waits, then ends the stub."""
-        with self.record_locks([r.id for r in records], "sleep"):
+        :meth:`stop_many`): a stop that comes meanwhile waits, then ends the stub. With
+        ``idle_for`` (seconds), only those idle and untouched that long, judged again under the
+        locks (:meth:`idle_for` chose them before: someone may have typed to one since)."""
+        with self.record_locks([r.id for r in records], "sleep") as busy:
             for r in records:
-                now = self.store.get(r.id)
+                now = self.store.get(r.id) if r.id not in busy else None
                 if now is not None:
                     vars(r).update(vars(now))  # as whoever held the lock before left it
-            return self._sleep_many(records, grace)
+            out = self._sleep_many([r for r in records if r.id not in busy], grace, idle_for)
+            return [busy[r.id] if r.id in busy else out[r.id] for r in records]
 
-    def _sleep_many(self, records: list[Record], grace: float | None) -> list["Live | MuxhostError"]:
+    def _sleep_many(self, records: list[Record], grace: float | None,
+                    idle_for: float | None) -> dict[str, "Live | MuxhostError"]:
         view = self.view(records)
         lives = [self.live(r, view, check_resumable=False) for r in records]
         self.refresh([lv for lv in lives if lv.state == "running"], view)  # the conversation it is in now
+        if idle_for is not None:
+            self.activities([lv for lv in lives if lv.state == "running"], view)
+        now = time.time()
         out: dict[str, Live | MuxhostError] = {}
         todo: list[Record] = []
         for lv in lives:
@@ -81,6 +98,9 @@ class FleetOps:
                 out[rec.id] = lv
             elif lv.state not in ("running", "exited"):
                 out[rec.id] = Refused(f"record {rec.id} ({rec.name}) is {lv.state}: there is no agent to put to sleep")
+            elif idle_for is not None and not _idle_that_long(lv, idle_for, now):
+                lv.notes = [NOT_IDLE]
+                out[rec.id] = lv
             elif not rec.conversation_id or not self._resumable(self.registry.agents.get(rec.agent), rec, lv):
                 out[rec.id] = Refused(f"record {rec.id} ({rec.name}) has no conversation on disk to wake it in "
                                       "(has it been given a first prompt?); `muxhost stop` it instead")
@@ -95,7 +115,7 @@ class FleetOps:
                     panes[id(backend)] = backend.snapshot() or []
                 result.pane, result.notes = self._show_stub(rec, panes[id(backend)])
             out[rec.id] = result
-        return [out[r.id] for r in records]
+        return out
 
     def stub_text(self, rec: Record) -> str:
         cid = rec.conversation_id or "?"
@@ -149,17 +169,10 @@ class FleetOps:
         return self.resume(rec)
 
     def idle_for(self, seconds: float) -> list[Record]:
-        """The running records that have been ``idle``, and nobody typed into their session, for at
+        """The running records that have been ``idle``, and nobody typed into their pane, for at
         least ``seconds`` (:func:`muxhost.activity.untouched_since`)."""
-        from muxhost.activity import untouched_since
-
         now = time.time()
-        out = []
-        for lv in self.ls():
-            quiet = untouched_since(lv.activity_since, lv.pane) if lv.activity == "idle" else None
-            if lv.state == "running" and quiet is not None and now - quiet >= seconds:
-                out.append(lv.rec)
-        return out
+        return [lv.rec for lv in self.ls() if _idle_that_long(lv, seconds, now)]
 
     # -- restore -----------------------------------------------------------------------------------
     def restore(self, dry_run: bool = False) -> list[dict[str, Any]]:

@@ -60,19 +60,20 @@ class LadderOps:
 
         Each record's lock (:meth:`record_locks`) is held throughout: a stop that comes while
         another muxhost stops, sleeps or resumes the record waits for it, then judges the record
-        as that left it (on a new view when it changed meanwhile)."""
-        with self.record_locks([r.id for r in records], "sleep" if keep_panes else "stop"):
-            fresh = [self.store.get(r.id) for r in records]
-            if any(f is None or (f.state, f.launched_at, f.pane) != (r.state, r.launched_at, r.pane)
-                   for f, r in zip(fresh, records)):
-                for r, f in zip(records, fresh):
-                    if f is not None:
-                        vars(r).update(vars(f))  # (the caller's objects: it prints them)
-                view, refreshed = None, False
-            gone = {r.id for r, f in zip(records, fresh) if f is None}
-            todo = [r for r in records if r.id not in gone]
+        as that left it (on a new view when it changed meanwhile: any write moves ``updated_at``).
+        A record whose lock stays taken past :data:`muxhost.locks.RECORD_WAIT` is refused (exit 4);
+        the others are stopped."""
+        with self.record_locks([r.id for r in records], "sleep" if keep_panes else "stop") as busy:
+            fresh = {r.id: self.store.get(r.id) for r in records if r.id not in busy}
+            for r in records:
+                f = fresh.get(r.id)
+                if f is not None and f.updated_at != r.updated_at:
+                    vars(r).update(vars(f))  # (the caller's objects: it prints them)
+                    view, refreshed = None, False
+            todo = [r for r in records if fresh.get(r.id) is not None]
             done = iter(self._stop_many(todo, grace, view, keep_panes, refreshed) if todo else [])
-            return [NotFound(f"record {r.id} ({r.name}) is gone: another muxhost removed it") if r.id in gone
+            return [busy[r.id] if r.id in busy else
+                    NotFound(f"record {r.id} ({r.name}) is gone: another muxhost removed it") if fresh[r.id] is None
                     else next(done) for r in records]
 
     def _stop_many(self, records: list[Record], grace: float | None, view: View | None, keep_panes: bool,

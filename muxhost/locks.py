@@ -19,10 +19,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import time
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from muxhost.kit.flock import LockTimeout, flock
+
+if TYPE_CHECKING:
+    from muxhost.errors import Refused
 
 __all__ = ["CONVERSATION_WAIT", "RECORD_WAIT", "LockTimeout", "flock", "conversation_lock_path", "conversation",
            "record_lock_path", "records"]
@@ -59,7 +63,7 @@ def conversation(lock_dir: str | os.PathLike, agent: str, conversation_id: str, 
         if what == "purge":
             raise Refused(f"a purge of conversation {conversation_id} is in progress ({e.holder}); try again when it ends") from None
         raise Refused(f"conversation {conversation_id} is busy ({e.holder or 'another muxhost'}): "
-                      "a purge of it may be in progress; try again") from None
+                      "another muxhost is purging, resuming or launching it; try again") from None
 
 
 def record_lock_path(lock_dir: str | os.PathLike, record_id: str) -> Path:
@@ -69,22 +73,24 @@ def record_lock_path(lock_dir: str | os.PathLike, record_id: str) -> Path:
 
 @contextlib.contextmanager
 def records(lock_dir: str | os.PathLike, record_ids: list[str], purpose: str,
-            timeout: float = RECORD_WAIT) -> Iterator[None]:
-    """Hold the lock of every record in ``record_ids`` (taken in sorted order, so two muxhosts
-    never each hold one the other waits for) for ``purpose`` (``stop``, ``sleep``, ``resume``,
-    ``rm``); refused (exit 4) when another muxhost holds one past ``timeout``."""
+            timeout: float | None = None) -> Iterator[dict[str, "Refused"]]:
+    """Hold the lock of each record in ``record_ids`` for ``purpose`` (``stop``, ``sleep``,
+    ``resume``, ``rm``), taken in sorted order (two muxhosts never each hold one the other waits
+    for), all within one deadline ``timeout`` seconds away (default :data:`RECORD_WAIT`). Yields the records whose lock another
+    muxhost held past the deadline, each with its refusal (exit 4): the caller leaves those alone
+    and does the rest (one busy record never keeps a `stop --all` from stopping the others)."""
     from muxhost.errors import Refused
 
     lock_dir = Path(lock_dir)
     lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    deadline = time.monotonic() + (RECORD_WAIT if timeout is None else timeout)
+    busy: dict[str, Refused] = {}
     with contextlib.ExitStack() as stack:
         for rid in sorted(set(record_ids)):
             path = record_lock_path(lock_dir, rid)
             try:
-                stack.enter_context(flock(path, timeout, label=f"{purpose} pid {os.getpid()}"))
+                stack.enter_context(flock(path, max(deadline - time.monotonic(), 0.0), label=f"{purpose} pid {os.getpid()}"))
             except LockTimeout as e:
-                if e.path != path:
-                    raise
-                raise Refused(f"record {rid} is busy ({e.holder or 'another muxhost'}): another muxhost is "
-                              "stopping, putting to sleep or resuming it; try again") from None
-        yield
+                busy[rid] = Refused(f"record {rid} is busy ({e.holder or 'another muxhost'}): another muxhost is "
+                                    "stopping, putting to sleep, waking or removing it; try again")
+        yield busy

@@ -66,21 +66,35 @@ class PurgeOps:
         return locks.conversation(Path(self.store.path).parent / "locks", agent, conversation_id, purpose)
 
     @contextlib.contextmanager
-    def record_locks(self, record_ids: Iterable[str], purpose: str) -> Iterator[None]:
-        """The per-record locks (muxhost.locks.records) of ``record_ids``, but for those this host
-        holds already (a sleep's locks serve the stop ladder it runs)."""
+    def record_locks(self, record_ids: Iterable[str], purpose: str) -> Iterator[dict[str, Refused]]:
+        """The per-record locks (:func:`muxhost.locks.records`) of ``record_ids``; yields those
+        another muxhost held too long, with their refusals. Re-entrant for a subset: a sleep's locks
+        serve the stop ladder it runs. (Asking for more while holding some would break the sorted
+        order that keeps two muxhosts from waiting on each other.)"""
         from muxhost import locks
 
-        new = sorted(set(record_ids) - self._held_records)
+        ids = set(record_ids)
+        new = sorted(ids - self._held_records)
         if not new:
-            yield
+            yield {}
             return
-        with locks.records(Path(self.store.path).parent / "locks", new, purpose):
-            self._held_records.update(new)
+        if self._held_records:
+            raise RuntimeError(f"record locks asked for {new} while {sorted(self._held_records)} are held")
+        with locks.records(Path(self.store.path).parent / "locks", new, purpose) as busy:
+            got = set(new) - set(busy)
+            self._held_records.update(got)
             try:
-                yield
+                yield busy
             finally:
-                self._held_records.difference_update(new)
+                self._held_records.difference_update(got)
+
+    @contextlib.contextmanager
+    def record_lock(self, record_id: str, purpose: str) -> Iterator[None]:
+        """One record's lock; refused (exit 4) when another muxhost holds it too long."""
+        with self.record_locks([record_id], purpose) as busy:
+            if busy:
+                raise busy[record_id]
+            yield
 
     def _purge(self, agent: Agent, ctx: AgentContext, conversation_id: str, rec: Record | None, *,
                dry_run: bool = False, stop: bool = False,

@@ -85,7 +85,8 @@ class Watch:
         self.warned = 0
         self.refreshed: float | None = None    # the last time conversation ids were refreshed
         self.sleep_after = None if only else host.config.watch("sleep_after")
-        self.sleepers: dict[tuple[str, float], Any] = {}  # (record, idle since) -> its `muxhost sleep`
+        #: (record, idle and untouched since) -> the `muxhost sleep` started for that spell
+        self.sleepers: dict[tuple[str, float | None], Any] = {}
         import psutil
 
         self.ident = f"{os.getpid()} {psutil.Process().create_time()}"
@@ -232,11 +233,13 @@ class Watch:
             if proc is not None and proc.poll() is not None:
                 self.sleepers[key] = None  # done (reaped): not again for this spell
         for tr in self.tracks.values():
-            key = (tr.rec.id, tr.since)
             quiet = untouched_since(tr.since, tr.pane)
+            key = (tr.rec.id, quiet)  # (a key typed since is a new spell: a sleep that found it is retried)
             if tr.activity == "idle" and quiet is not None and now - quiet >= self.sleep_after \
                     and key not in self.sleepers:
-                self.sleepers[key] = subprocess.Popen(self.host._muxhost_argv(tr.rec, "sleep", tr.rec.id),
+                # (--idle-for: the sleep judges it again under the record's lock, where typing meanwhile counts)
+                argv = self.host._muxhost_argv(tr.rec, "sleep", "--idle-for", f"{self.sleep_after}s", tr.rec.id)
+                self.sleepers[key] = subprocess.Popen(argv,
                                                       env=self.host._caller_env(), stdin=subprocess.DEVNULL,
                                                       stdout=subprocess.DEVNULL)
 

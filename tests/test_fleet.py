@@ -238,7 +238,12 @@ def test_the_watch_puts_idle_agents_to_sleep(mux):
     mux.config.write_text("watch:\n  interval: 0.3\n  sleep_after: 1\n")
     rec = demo(mux, "dozy")
     with Watching(mux) as w:
-        wait_for(lambda: row(mux, rec["id"])["state"] == "asleep", timeout=15, what="asleep by the watch")
+        try:
+            wait_for(lambda: row(mux, rec["id"])["state"] == "asleep", timeout=15, what="asleep by the watch")
+        except AssertionError as e:
+            w.stop()  # (what its `muxhost sleep` said is on the watch's stderr)
+            raise AssertionError(f"{e}; the record: {row(mux, rec['id'])}; the watch's changes: {w.changes}; "
+                                 f"its stderr: {w.stderr!r}") from None
         mux.wait_screen(rec["pane"], "Enter wakes it")
         wait_for(lambda: ("idle", None) in [(c["old"], c["new"]) for c in w.changes], timeout=10,
                  what="the watch's change line for the agent it put to sleep")
@@ -246,27 +251,67 @@ def test_the_watch_puts_idle_agents_to_sleep(mux):
 
 def test_an_idle_agent_someone_types_to_is_not_put_to_sleep(mux):
     """Idle for `sleep_after` (and `--idle-for`) counts from the last key a user typed into the
-    agent's session: while someone types the next prompt, the watch does not sleep the agent (the
+    agent's pane: while someone types the next prompt, the watch does not sleep the agent (the
     ladder's Ctrl-U would wipe the line); once they stop, it does."""
+    import threading
+
     mux.config.write_text("watch:\n  interval: 0.3\n  sleep_after: 3\n")
     rec = demo(mux, "typed")
     pane, rid = rec["pane"], rec["id"]
     mux.type(pane, "hello")
     mux.wait_screen(pane, "(turn 1)")
     client = TmuxClient(mux.socket, "typed", mux.env)
+    typing = threading.Event()
+
+    def type_slowly():  # a key every 0.3 s, whatever the checks below take
+        while typing.is_set():
+            client.press(b"x")
+            time.sleep(0.3)
+
+    typist = threading.Thread(target=type_slowly, daemon=True)
     try:
         with Watching(mux) as w:
             w.wait(pane, "idle")
+            typing.set()
+            typist.start()
             end = time.monotonic() + 7  # idle for twice sleep_after, the user at the keyboard
             while time.monotonic() < end:
-                client.press(b"x")
                 assert row(mux, rid)["state"] == "running", "put to sleep while someone typed to it"
-                time.sleep(0.5)
+                time.sleep(0.3)
             out = mux.run("sleep", "--idle-for", "2")
             assert out.rc == 0 and "no agent has been idle that long" in out.out, out
+            typing.clear()
+            typist.join()
             assert "xxxxxxxx" in mux.capture(pane)  # the line being typed is still there
             # they stop typing: asleep once sleep_after has passed since the last key
             wait_for(lambda: row(mux, rid)["state"] == "asleep", timeout=15, what="asleep by the watch")
+    finally:
+        typing.clear()
+        client.close()
+
+
+def test_sleep_idle_for_refs_judges_each_again_and_keys_into_another_pane_do_not_count(mux):
+    """`sleep --idle-for D REF`: the REF is slept only if it is idle and untouched that long, judged
+    under its lock. A key into the agent's pane counts; one into another window of its session
+    (a shell, where the user types this very command) does not."""
+    rec = demo(mux, "judged")
+    pane, rid = rec["pane"], rec["id"]
+    mux.type(pane, "hello")
+    mux.wait_screen(pane, "(turn 1)")
+    other = mux.tmux("new-window", "-d", "-t", "judged:", "-P", "-F", "#{pane_id}", "cat")[0]
+    client = TmuxClient(mux.socket, "judged", mux.env)
+    try:
+        time.sleep(2.5)  # idle (and untouched) for longer than 2 s
+        client.press(b"y")  # a key into the agent's pane
+        out = mux.run("sleep", "--idle-for", "2", rid)
+        assert out.rc == 0 and f"judged ({rid}) was not idle that long (idle): left awake" in out.out, out
+        assert row(mux, rid)["state"] == "running"
+        mux.tmux("select-window", "-t", other)
+        time.sleep(2.5)  # the agent's pane untouched for 2 s again
+        client.press(b"z")  # a key into the other window
+        out = mux.run("sleep", "--idle-for", "2", rid)
+        assert out.rc == 0 and out.out.startswith(f"asleep judged ({rid})"), out
+        assert row(mux, rid)["state"] == "asleep"
     finally:
         client.close()
 

@@ -177,6 +177,28 @@ def test_stop_many_is_one_ladder_for_all(host, tmp_path):
     assert all(p.poll() is not None for p in host.fake.procs.values())
 
 
+def test_one_busy_record_never_keeps_stop_many_from_stopping_the_others(host, tmp_path, monkeypatch):
+    """Another muxhost holds one record's lock (its own stop, sleep or wake of it) past the wait:
+    that record is refused (exit 4) and left as it is; every other record is stopped."""
+    from muxhost import locks
+    from muxhost.errors import Refused
+
+    monkeypatch.setattr(locks, "RECORD_WAIT", 0.3)
+    lives = [host.launch("naive", cwd=str(tmp_path)) for _ in range(3)]
+    wait_files(host, 3)
+    busy = lives[1].rec
+    with locks.records(Path(host.store.path).parent / "locks", [busy.id], "stop") as taken:
+        assert taken == {}
+        results = host.stop_many([lv.rec for lv in lives])
+    assert isinstance(results[1], Refused) and results[1].exit_code == 4 and "busy (stop pid" in str(results[1])
+    assert [r.rec.state for i, r in enumerate(results) if i != 1] == ["stopped", "stopped"]
+    procs = [host.fake.procs[lv.pane.pane_id] for lv in lives]
+    assert [p.poll() is None for p in procs] == [False, True, False]
+    assert host.store.get(busy.id).state == "running"
+    assert host.stop(busy).rec.state == "stopped"  # once it is free
+    assert procs[1].poll() is not None
+
+
 def test_a_record_keeps_its_backend_and_address(host, tmp_path):
     lv = host.launch("naive", cwd=str(tmp_path))
     assert (lv.rec.backend, lv.rec.socket) == ("fake", None)

@@ -44,9 +44,10 @@ class PaneInfo:
     activity: str | None = None          # what the watch published: @muxhost_activity
     activity_since: float | None = None  # @muxhost_activity_since
     watcher: str | None = None           # the server's @muxhost_watch: "<pid> <create time>"
-    #: the latest time (epoch s) a user's key (or an attach) went into the pane's session, as the
-    #: backend knows it (tmux: the session's activity, to the second; muxhost's own typing does not
-    #: count); None = unknown. An agent someone types into is not put to sleep for being idle.
+    #: the latest time (epoch s) a user's key (or an attach) may have gone into this pane, as the
+    #: backend knows it (tmux: the session's activity, to the second, while the pane is the active
+    #: one of its session's current window; muxhost's own typing does not count); None = unknown.
+    #: An agent someone is typing to is not put to sleep for being idle.
     last_input: float | None = None
 
 
