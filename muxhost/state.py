@@ -120,7 +120,10 @@ class StateOps:
         if rec.state == "asleep":  # its pane (if any: a server restart took it) shows muxhost's stub
             tree = view.table.tree(pane.pid) if pane is not None and not pane.dead else []
             # ... unless the agent runs there again: a wake killed between starting it and saying so
-            state = "running" if tree and not is_stub(tree[0]) else "asleep"
+            # (a wake moves launched_at first; before one, a pane not running the stub is one that
+            # is about to: tmux's child before its exec, caught by this look)
+            woken = rec.slept_at is None or rec.launched_at > rec.slept_at
+            state = "running" if tree and not is_stub(tree[0]) and woken else "asleep"
         elif pane is not None and not pane.dead:
             tree = view.table.tree(pane.pid)
             state = "running" if tree else "exited"

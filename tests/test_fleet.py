@@ -443,6 +443,13 @@ def test_a_wake_cut_short_after_the_agent_started_is_seen_running(mux):
     mux.ok("sleep", "halfway")
     mux.wait_screen(pane, "Enter wakes it")
     demo_bin = shutil.which("muxhost-demo", path=os.path.dirname(__import__("sys").executable))
+    # before the wake began, a pane that does not run the stub is still asleep: tmux's child for
+    # the stub, before its exec, is caught by a look (ls wrote `running` down, and the stub ran on
+    # under a record that said so)
+    mux.tmux("respawn-pane", "-k", "-t", pane, "sleep", "30")
+    assert row(mux, rec["id"])["state"] == "asleep"
+    with mux.resume_under_way(rec["id"], seconds=0):  # a wake: under the locks, it moves launched_at
+        pass
     mux.tmux("respawn-pane", "-k", "-t", pane, demo_bin, "--resume", cid)  # the agent, not the record
     mux.wait_screen(pane, f"resumed conversation {cid}")
     assert row(mux, rec["id"])["state"] == "running"
