@@ -79,14 +79,14 @@ def first_since(state: str, last_output: float | None, progress: float | None, s
     return None
 
 
-def untouched_since(idle_since: float | None, pane) -> float | None:
-    """Since when an ``idle`` agent has been idle with nobody typing into its pane (its backend's
-    ``last_input``, where known): what ``sleep --idle-for`` and ``watch.sleep_after``
-    measure, so an agent is never put to sleep (its half-typed line wiped by the ladder's Ctrl-U)
-    while someone is typing to it."""
+def untouched_since(idle_since: float | None, last_input: float | None) -> float | None:
+    """Since when an ``idle`` agent has been idle with nobody typing into its pane: the later of
+    ``idle_since`` and ``last_input`` (its backend's ``PaneInfo.last_input``, or what the watch
+    remembers of it), so an agent is never put to sleep (its half-typed line wiped by the
+    ladder's Ctrl-U) while someone is typing to it. What ``sleep --idle-for`` and
+    ``watch.sleep_after`` measure."""
     if idle_since is None:
         return None
-    last_input = getattr(pane, "last_input", None) if pane is not None else None
     return max(idle_since, last_input) if last_input is not None else idle_since
 
 

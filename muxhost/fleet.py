@@ -53,7 +53,8 @@ def _idle_that_long(lv: Live, seconds: float, now: float) -> bool:
     """``lv`` runs, and has been idle with nobody typing to it for ``seconds``."""
     from muxhost.activity import untouched_since
 
-    quiet = untouched_since(lv.activity_since, lv.pane) if lv.state == "running" and lv.activity == "idle" else None
+    quiet = (untouched_since(lv.activity_since, lv.pane.last_input if lv.pane is not None else None)
+             if lv.state == "running" and lv.activity == "idle" else None)
     return quiet is not None and now - quiet >= seconds
 
 
@@ -98,7 +99,7 @@ class FleetOps:
                 out[rec.id] = lv
             elif lv.state not in ("running", "exited"):
                 out[rec.id] = Refused(f"record {rec.id} ({rec.name}) is {lv.state}: there is no agent to put to sleep")
-            elif idle_for is not None and not _idle_that_long(lv, idle_for, now):
+            elif idle_for is not None and lv.state == "running" and not _idle_that_long(lv, idle_for, now):
                 lv.notes = [NOT_IDLE]
                 out[rec.id] = lv
             elif not rec.conversation_id or not self._resumable(self.registry.agents.get(rec.agent), rec, lv):

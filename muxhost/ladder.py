@@ -13,7 +13,7 @@ from muxhost import procs
 from muxhost.agent import Agent
 from muxhost.backends import Backend, PaneInfo
 from muxhost.errors import MuxhostError, NotFound
-from muxhost.state import Live, Located, View, is_stub
+from muxhost.state import Live, Located, View, woken
 from muxhost.store import Record
 
 
@@ -110,7 +110,7 @@ class LadderOps:
         pane = view.pane_for(rec)
         root = view.table.get(pane.pid) if pane is not None and not pane.dead else None
         # (an asleep record's pane runs muxhost's stub, not the agent: no exit text for it)
-        agent_proc = root if root is not None and not (rec.state == "asleep" and is_stub(root)) else None
+        agent_proc = root if root is not None and (rec.state != "asleep" or woken(rec, root)) else None
 
         def collect(table: procs.ProcessTable) -> list[procs.Proc]:
             found = list(procs.marked(rec.id, table, since=rec.launched_at))

@@ -41,6 +41,14 @@ class View:
         return self.panes.get(server) is not None
 
 
+def woken(rec: Record, root: procs.Proc | None) -> bool:
+    """An ``asleep`` record's pane runs its agent again (``root``, the pane's process): a wake
+    killed between starting the agent and writing the record down. Only once a wake began (it
+    moves ``launched_at`` past ``slept_at`` first): before that, a pane not running the stub is one
+    about to (tmux's child before its exec, caught by a look)."""
+    return root is not None and not is_stub(root) and (rec.slept_at is None or rec.launched_at > rec.slept_at)
+
+
 def is_stub(proc: procs.Proc) -> bool:
     """True for muxhost's asleep stub (:mod:`muxhost.stub`), or the launcher about to become it."""
     tail = (os.path.join("muxhost", "stub.py"), os.path.join("muxhost", "launcher.py"))
@@ -120,10 +128,7 @@ class StateOps:
         if rec.state == "asleep":  # its pane (if any: a server restart took it) shows muxhost's stub
             tree = view.table.tree(pane.pid) if pane is not None and not pane.dead else []
             # ... unless the agent runs there again: a wake killed between starting it and saying so
-            # (a wake moves launched_at first; before one, a pane not running the stub is one that
-            # is about to: tmux's child before its exec, caught by this look)
-            woken = rec.slept_at is None or rec.launched_at > rec.slept_at
-            state = "running" if tree and not is_stub(tree[0]) and woken else "asleep"
+            state = "running" if woken(rec, tree[0] if tree else None) else "asleep"
         elif pane is not None and not pane.dead:
             tree = view.table.tree(pane.pid)
             state = "running" if tree else "exited"

@@ -55,6 +55,9 @@ class Track:
     screen: str | None = None              # its visible screen, as last captured
     cpu: dict[tuple[int, float], float] = field(default_factory=dict)  # non-resident process -> CPU s
     published: tuple[str, float] | None = None
+    #: the latest last_input seen: the backend tells it only while the pane is the active one, and
+    #: a line typed before the user moved to another pane is still there
+    typed: float | None = None
 
 
 def summary(counts: dict[str, int]) -> str:
@@ -167,6 +170,8 @@ class Watch:
             if busy:
                 tr.progress = now
             tr.mark, tr.pane = pane.output_mark, pane
+            if pane.last_input is not None:
+                tr.typed = max(tr.typed or 0.0, pane.last_input)
             # a backend that cannot tell when a pane printed (no mark, no time): its screen, every
             # pass, tells (see below)
             blind = not pane.output_mark and pane.last_output is None
@@ -233,12 +238,14 @@ class Watch:
             if proc is not None and proc.poll() is not None:
                 self.sleepers[key] = None  # done (reaped): not again for this spell
         for tr in self.tracks.values():
-            quiet = untouched_since(tr.since, tr.pane)
+            quiet = untouched_since(tr.since, tr.typed)
             key = (tr.rec.id, quiet)  # (a key typed since is a new spell: a sleep that found it is retried)
             if tr.activity == "idle" and quiet is not None and now - quiet >= self.sleep_after \
                     and key not in self.sleepers:
-                # (--idle-for: the sleep judges it again under the record's lock, where typing meanwhile counts)
-                argv = self.host._muxhost_argv(tr.rec, "sleep", "--idle-for", f"{self.sleep_after}s", tr.rec.id)
+                # --idle-for: the sleep judges it again under the record's lock (a key typed meanwhile
+                # counts), from what this watch published — where the backend shows that to others
+                again = ("--idle-for", f"{self.sleep_after}s") if tr.pane.watcher is not None else ()
+                argv = self.host._muxhost_argv(tr.rec, "sleep", *again, tr.rec.id)
                 self.sleepers[key] = subprocess.Popen(argv,
                                                       env=self.host._caller_env(), stdin=subprocess.DEVNULL,
                                                       stdout=subprocess.DEVNULL)

@@ -234,6 +234,7 @@ def test_sleep_idle_for_sleeps_only_the_idle_ones(mux):
     assert mux.run("sleep").rc == 2
 
 
+@pytest.mark.every_backend
 def test_the_watch_puts_idle_agents_to_sleep(mux):
     mux.config.write_text("watch:\n  interval: 0.3\n  sleep_after: 1\n")
     rec = demo(mux, "dozy")
@@ -244,7 +245,7 @@ def test_the_watch_puts_idle_agents_to_sleep(mux):
             w.stop()  # (what its `muxhost sleep` said is on the watch's stderr)
             raise AssertionError(f"{e}; the record: {row(mux, rec['id'])}; the watch's changes: {w.changes}; "
                                  f"its stderr: {w.stderr!r}") from None
-        mux.wait_screen(rec["pane"], "Enter wakes it")
+        mux.wait_screen(row(mux, rec["id"])["pane"], "Enter wakes it")  # (herdr: in a new pane)
         wait_for(lambda: ("idle", None) in [(c["old"], c["new"]) for c in w.changes], timeout=10,
                  what="the watch's change line for the agent it put to sleep")
 
@@ -252,7 +253,8 @@ def test_the_watch_puts_idle_agents_to_sleep(mux):
 def test_an_idle_agent_someone_types_to_is_not_put_to_sleep(mux):
     """Idle for `sleep_after` (and `--idle-for`) counts from the last key a user typed into the
     agent's pane: while someone types the next prompt, the watch does not sleep the agent (the
-    ladder's Ctrl-U would wipe the line); once they stop, it does."""
+    ladder's Ctrl-U would wipe the line), nor just after they moved to another window; once
+    `sleep_after` has passed since their last key, it does."""
     import threading
 
     mux.config.write_text("watch:\n  interval: 0.3\n  sleep_after: 3\n")
@@ -282,8 +284,12 @@ def test_an_idle_agent_someone_types_to_is_not_put_to_sleep(mux):
             assert out.rc == 0 and "no agent has been idle that long" in out.out, out
             typing.clear()
             typist.join()
+            # they stop, and go to another window (tmux no longer says what this pane was typed):
+            # the watch remembers the last key, the half-typed line stays until sleep_after after it
+            mux.tmux("new-window", "-t", "typed:", "cat")
+            time.sleep(1.5)
+            assert row(mux, rid)["state"] == "running"
             assert "xxxxxxxx" in mux.capture(pane)  # the line being typed is still there
-            # they stop typing: asleep once sleep_after has passed since the last key
             wait_for(lambda: row(mux, rid)["state"] == "asleep", timeout=15, what="asleep by the watch")
     finally:
         typing.clear()
