@@ -606,6 +606,7 @@ COMMANDS = {"launch": cmd_launch, "ls": cmd_ls, "show": cmd_show, "stop": cmd_st
 
 
 _GLOBAL_OPTIONS = ("--config", "--socket", "--backend")
+_GLOBAL_SPELLED = tuple(f"{o}=" for o in _GLOBAL_OPTIONS)
 
 
 def _command(argv: Sequence[str]) -> tuple[str | None, bool]:
@@ -619,7 +620,7 @@ def _command(argv: Sequence[str]) -> tuple[str | None, bool]:
     for a in it:
         if a in _GLOBAL_OPTIONS:
             next(it, None)
-        elif a.startswith(tuple(f"{o}=" for o in _GLOBAL_OPTIONS)):
+        elif a.startswith(_GLOBAL_SPELLED):
             continue
         elif a.startswith("-"):
             alone = False

@@ -74,13 +74,9 @@ class FleetOps:
         :meth:`stop_many`): a stop that comes meanwhile waits, then ends the stub. With
         ``idle_for`` (seconds), only those idle and untouched that long, judged again under the
         locks (:meth:`idle_for` chose them before: someone may have typed to one since)."""
-        with self.record_locks([r.id for r in records], "sleep") as busy:
-            for r in records:
-                now = self.store.get(r.id) if r.id not in busy else None
-                if now is not None:
-                    vars(r).update(vars(now))  # as whoever held the lock before left it
-            out = self._sleep_many([r for r in records if r.id not in busy], grace, idle_for)
-            return [busy[r.id] if r.id in busy else out[r.id] for r in records]
+        with self.record_locks(records, "sleep") as left:
+            out = self._sleep_many([r for r in records if r.id not in left], grace, idle_for)
+            return [left[r.id] if r.id in left else out[r.id] for r in records]
 
     def _sleep_many(self, records: list[Record], grace: float | None,
                     idle_for: float | None) -> dict[str, "Live | MuxhostError"]:
@@ -107,7 +103,7 @@ class FleetOps:
                                       "(has it been given a first prompt?); `muxhost stop` it instead")
             else:
                 todo.append(rec)
-        results = self.stop_many(todo, grace, view, keep_panes=True, refreshed=True) if todo else []
+        results = self._stop_many(todo, grace, view, keep_panes=True, refreshed=True) if todo else []
         panes: dict[int, list] = {}  # one look per server at the panes the ladder left
         for rec, result in zip(todo, results, strict=True):
             if isinstance(result, Live):

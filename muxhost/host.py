@@ -54,7 +54,6 @@ class Host(StateOps, LaunchOps, LadderOps, PurgeOps, ActivityOps, WatchOps, Flee
         resolve = getattr(factory, "resolve_address", None)
         self.socket = resolve(socket, self.config) if resolve else socket  # the address (a tmux socket name, …)
         self.warnings: list[dict[str, str]] = []  # plugin hooks that failed (see warn)
-        self._held_records: set[str] = set()  # the record locks this host holds (see record_locks)
 
     @property
     def store(self) -> Store:

@@ -12,7 +12,7 @@ from typing import Callable
 from muxhost import procs
 from muxhost.agent import Agent
 from muxhost.backends import Backend, PaneInfo
-from muxhost.errors import MuxhostError, NotFound
+from muxhost.errors import MuxhostError
 from muxhost.state import Live, Located, View, woken
 from muxhost.store import Record
 
@@ -46,38 +46,31 @@ class LadderOps:
         return result
 
     def stop_many(self, records: list[Record], grace: float | None = None,
-                  view: View | None = None, keep_panes: bool = False,
-                  refreshed: bool = False) -> list["Live | MuxhostError"]:
+                  view: View | None = None) -> list["Live | MuxhostError"]:
         """The stop ladder for many records at once, in lockstep: every agent gets its exit text,
         then one wait for all of them, then each step for whatever is left — so 50 agents take about
         as long as the slowest one, not 50 times one. Returns, per record in order, its stopped
         :class:`Live` or the error that kept it from stopping cleanly.
-
-        ``keep_panes`` (``muxhost sleep``): step 3 is SIGHUP to each agent's processes instead of
-        closing its pane, which stays (dead, on a backend that keeps dead panes); the records are
-        ``asleep``, not ``stopped``. ``refreshed``: the caller has just refreshed their conversation
-        ids on ``view``.
 
         Each record's lock (:meth:`record_locks`) is held throughout: a stop that comes while
         another muxhost stops, sleeps or resumes the record waits for it, then judges the record
         as that left it (on a new view when it changed meanwhile: any write moves ``updated_at``).
         A record whose lock stays taken past :data:`muxhost.locks.RECORD_WAIT` is refused (exit 4);
         the others are stopped."""
-        with self.record_locks([r.id for r in records], "sleep" if keep_panes else "stop") as busy:
-            fresh = {r.id: self.store.get(r.id) for r in records if r.id not in busy}
-            for r in records:
-                f = fresh.get(r.id)
-                if f is not None and f.updated_at != r.updated_at:
-                    vars(r).update(vars(f))  # (the caller's objects: it prints them)
-                    view, refreshed = None, False
-            todo = [r for r in records if fresh.get(r.id) is not None]
-            done = iter(self._stop_many(todo, grace, view, keep_panes, refreshed) if todo else [])
-            return [busy[r.id] if r.id in busy else
-                    NotFound(f"record {r.id} ({r.name}) is gone: another muxhost removed it") if fresh[r.id] is None
-                    else next(done) for r in records]
+        before = [r.updated_at for r in records]
+        with self.record_locks(records, "stop") as left:
+            if [r.updated_at for r in records] != before:
+                view = None  # (one of them changed meanwhile: look again)
+            todo = [r for r in records if r.id not in left]
+            done = iter(self._stop_many(todo, grace, view) if todo else [])
+            return [left[r.id] if r.id in left else next(done) for r in records]
 
-    def _stop_many(self, records: list[Record], grace: float | None, view: View | None, keep_panes: bool,
-                   refreshed: bool) -> list["Live | MuxhostError"]:
+    def _stop_many(self, records: list[Record], grace: float | None, view: View | None, keep_panes: bool = False,
+                   refreshed: bool = False) -> list["Live | MuxhostError"]:
+        """:meth:`stop_many` under the records' locks. ``keep_panes`` (``muxhost sleep``): step 3 is
+        SIGHUP to each agent's processes instead of closing its pane, which stays (dead, on a
+        backend that keeps dead panes); the records are ``asleep``, not ``stopped``.
+        ``refreshed``: the caller has just refreshed their conversation ids on ``view``."""
         view = view or self.view(records)
         lives = [self.live(rec, view, check_resumable=False) for rec in records]
         running = [lv for lv in lives if lv.state == "running"]

@@ -210,7 +210,7 @@ class LaunchOps:
         # under the conversation's lock until the pane runs: a purge of it that starts meanwhile
         # sees this record running (and one already under way makes this wait, then refuse)
         # and under the record's: a stop or sleep of it under way finishes first (then this refuses)
-        with self.conversation_lock(agent.name, cid, "resume"), self.record_lock(rec.id, "resume"):
+        with self.conversation_lock(agent.name, cid, "resume"), self.record_lock(rec, "resume"):
             now = self.store.get(rec.id)
             # another muxhost woke, resumed or stopped it meanwhile (a resume moves launched_at under
             # this lock: two resumes of one lost record never both start it)

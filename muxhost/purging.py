@@ -66,34 +66,34 @@ class PurgeOps:
         return locks.conversation(Path(self.store.path).parent / "locks", agent, conversation_id, purpose)
 
     @contextlib.contextmanager
-    def record_locks(self, record_ids: Iterable[str], purpose: str) -> Iterator[dict[str, Refused]]:
-        """The per-record locks (:func:`muxhost.locks.records`) of ``record_ids``; yields those
-        another muxhost held too long, with their refusals. Re-entrant for a subset: a sleep's locks
-        serve the stop ladder it runs. (Asking for more while holding some would break the sorted
-        order that keeps two muxhosts from waiting on each other.)"""
+    def record_locks(self, records: list[Record], purpose: str) -> Iterator[dict[str, MuxhostError]]:
+        """Hold the per-record locks (:func:`muxhost.locks.records`) of ``records``, each record
+        then read again (into the caller's objects: it prints them) as whoever held the lock before
+        left it. Yields those left alone, with their error: another muxhost held the lock too long
+        (exit 4), or removed the record meanwhile (exit 3)."""
         from muxhost import locks
 
-        ids = set(record_ids)
-        new = sorted(ids - self._held_records)
-        if not new:
-            yield {}
-            return
-        if self._held_records:
-            raise RuntimeError(f"record locks asked for {new} while {sorted(self._held_records)} are held")
-        with locks.records(Path(self.store.path).parent / "locks", new, purpose) as busy:
-            got = set(new) - set(busy)
-            self._held_records.update(got)
-            try:
-                yield busy
-            finally:
-                self._held_records.difference_update(got)
+        with locks.records(Path(self.store.path).parent / "locks", [r.id for r in records], purpose) as busy:
+            left: dict[str, MuxhostError] = dict(busy)
+            for r in records:
+                if r.id in left:
+                    continue
+                now = self.store.get(r.id)
+                if now is None:
+                    left[r.id] = NotFound(f"record {r.id} ({r.name}) is gone: another muxhost removed it")
+                elif now.updated_at != r.updated_at:
+                    vars(r).update(vars(now))
+            yield left
 
     @contextlib.contextmanager
-    def record_lock(self, record_id: str, purpose: str) -> Iterator[None]:
-        """One record's lock; refused (exit 4) when another muxhost holds it too long."""
-        with self.record_locks([record_id], purpose) as busy:
+    def record_lock(self, rec: Record, purpose: str) -> Iterator[None]:
+        """One record's lock, refused (exit 4) when another muxhost holds it too long; ``rec`` is
+        left as the caller read it (to compare it with the store's)."""
+        from muxhost import locks
+
+        with locks.records(Path(self.store.path).parent / "locks", [rec.id], purpose) as busy:
             if busy:
-                raise busy[record_id]
+                raise busy[rec.id]
             yield
 
     def _purge(self, agent: Agent, ctx: AgentContext, conversation_id: str, rec: Record | None, *,

@@ -246,7 +246,7 @@ class WorktreeOps:
         now = self.store.get(rec.id)
         cid = (now or rec).conversation_id
         with self.conversation_lock(rec.agent, cid, "rm") if cid else contextlib.nullcontext(), \
-                self.record_lock(rec.id, "rm"):
+                self.record_lock(rec, "rm"):
             now = self.store.get(rec.id)
             if now is None or (now.state, now.launched_at) != (rec.state, rec.launched_at):
                 raise Refused(f"record {rec.id} ({rec.name}) changed meanwhile (it is "

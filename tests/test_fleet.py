@@ -257,7 +257,7 @@ def test_an_idle_agent_someone_types_to_is_not_put_to_sleep(mux):
     `sleep_after` has passed since their last key, it does."""
     import threading
 
-    mux.config.write_text("watch:\n  interval: 0.3\n  sleep_after: 3\n")
+    mux.config.write_text("watch:\n  interval: 0.3\n  sleep_after: 5\n")
     rec = demo(mux, "typed")
     pane, rid = rec["pane"], rec["id"]
     mux.type(pane, "hello")
@@ -271,16 +271,16 @@ def test_an_idle_agent_someone_types_to_is_not_put_to_sleep(mux):
             time.sleep(0.3)
 
     typist = threading.Thread(target=type_slowly, daemon=True)
+    typing.set()
+    typist.start()  # (before the watch: it starts counting at once)
     try:
         with Watching(mux) as w:
             w.wait(pane, "idle")
-            typing.set()
-            typist.start()
-            end = time.monotonic() + 7  # idle for twice sleep_after, the user at the keyboard
+            end = time.monotonic() + 10  # idle for twice sleep_after, the user at the keyboard
             while time.monotonic() < end:
                 assert row(mux, rid)["state"] == "running", "put to sleep while someone typed to it"
                 time.sleep(0.3)
-            out = mux.run("sleep", "--idle-for", "2")
+            out = mux.run("sleep", "--idle-for", "4")
             assert out.rc == 0 and "no agent has been idle that long" in out.out, out
             typing.clear()
             typist.join()
@@ -308,13 +308,15 @@ def test_sleep_idle_for_refs_judges_each_again_and_keys_into_another_pane_do_not
     client = TmuxClient(mux.socket, "judged", mux.env)
     try:
         time.sleep(2.5)  # idle (and untouched) for longer than 2 s
-        client.press(b"y")  # a key into the agent's pane
+        client.press(b"qqq")  # keys into the agent's pane
+        mux.wait_screen(pane, "qqq")
         out = mux.run("sleep", "--idle-for", "2", rid)
         assert out.rc == 0 and f"judged ({rid}) was not idle that long (idle): left awake" in out.out, out
         assert row(mux, rid)["state"] == "running"
         mux.tmux("select-window", "-t", other)
         time.sleep(2.5)  # the agent's pane untouched for 2 s again
-        client.press(b"z")  # a key into the other window
+        client.press(b"zzz")  # keys into the other window
+        mux.wait_screen(other, "zzz")  # (tmux has them: keys it counted)
         out = mux.run("sleep", "--idle-for", "2", rid)
         assert out.rc == 0 and out.out.startswith(f"asleep judged ({rid})"), out
         assert row(mux, rid)["state"] == "asleep"

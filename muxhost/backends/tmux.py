@@ -44,7 +44,8 @@ def _parse(line: str) -> PaneInfo | None:
                     command=parts[8], record=parts[9] or None, agent=parts[10] or None,
                     last_output=_number(parts[11]), output_mark=SEP.join(parts[11:15]),
                     activity=parts[15] or None, activity_since=_number(parts[16]), watcher=parts[17] or None,
-                    extra={"dead_signal": parts[18]} if parts[18] else {}, last_input=_number(parts[19]) if parts[20] == parts[21] == "1" else None)
+                    extra={"dead_signal": parts[18]} if parts[18] else {},
+                    last_input=_number(parts[19]) if parts[20] == parts[21] == "1" else None)
 
 
 def _number(text: str) -> float | None:

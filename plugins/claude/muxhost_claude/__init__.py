@@ -308,6 +308,10 @@ class ClaudePaths:
                  for p in sorted(self.projects.glob(f"{n[:_MAX_FOLDER]}-*/{cid}.jsonl"))]
         return next((p for p in here if p.is_file()), None)
 
+    def anywhere(self, cid: str) -> bool:
+        """A transcript of ``cid`` in any project folder."""
+        return any(self.projects.glob(f"*/{cid}.jsonl"))
+
     def registry(self, unreadable: list[Path] | None = None) -> list[tuple[Path, dict]]:
         """The live registry entries; files that cannot be read (caught half-written, say) are
         read once more and then listed in ``unreadable``."""
@@ -323,6 +327,10 @@ class ClaudePaths:
 
 # --------------------------------------------------------------------------------------------------
 # the agent
+
+#: (projects folder, conversation id) whose transcript is in another cwd's folder, as seen once
+_ELSEWHERE: set[tuple[str, str]] = set()
+
 
 class ClaudeAgent(muxhost.Agent):
     """Claude Code."""
@@ -394,18 +402,23 @@ class ClaudeAgent(muxhost.Agent):
             if answer is not None:
                 return answer
             cid = entry.get("sessionId") if self.valid_id(entry.get("sessionId")) else cid
-        transcript = paths.transcript(cid) if cid and ctx.cwd else None
+        if not self.valid_id(cid):
+            return None
+        transcript = paths.transcript(cid) if ctx.cwd else None
         if transcript is not None:
             return transcript_activity(transcript)
-        if cid and not any(paths.projects.glob(f"*/{cid}.jsonl")):
-            return "idle"  # claude writes the transcript with the first prompt: none yet, at its prompt
+        key = (str(paths.projects), cid)
+        if key not in _ELSEWHERE:
+            if not paths.anywhere(cid):
+                return "idle"  # claude writes the transcript with the first prompt: none yet, at its prompt
+            _ELSEWHERE.add(key)  # (a transcript does not go while claude runs: not globbed every pass)
         return None
 
     def exists(self, ctx: AgentContext, conversation_id: str) -> bool:
         paths = ClaudePaths(ctx)
         if ctx.cwd:
             return paths.transcript(conversation_id) is not None
-        return any(paths.projects.glob(f"*/{conversation_id}.jsonl"))
+        return paths.anywhere(conversation_id)
 
     # -- guard
     def in_use(self, ctx: AgentContext, conversation_id: str) -> list[str]:
