@@ -1,4 +1,5 @@
 """The demo agent program and its plugin, as a plugin author would read them."""
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -47,12 +48,24 @@ def test_data_home_follows_xdg_only_for_the_callers_own_home(tmp_path, monkeypat
     assert own.expand(tmp_path / "me/a/b") == "~/a/b" and own.expand("/etc/x") == "/etc/x"
 
 
-def test_config_example_shows_every_key_and_is_valid():
+def test_config_example_shows_every_key_and_changes_no_default():
+    """config.example.yaml names every key; copied as it is, it is the defaults; with its
+    commented-out settings turned on, it is still a valid config."""
     text = (ROOT / "config.example.yaml").read_text()
-    cfg = config.parse(text, "config.example.yaml")
-    for key in ("socket_name", "default_agent", *config.DEFAULTS, *config.WATCH_DEFAULTS, *config.AGENT_KEYS):
+    for key in ("socket_name", "default_agent", "backend", "root", *config.DEFAULTS, *config.WATCH_DEFAULTS,
+                *config.AGENT_KEYS):
         assert f"{key}:" in text, key
-    assert cfg.agents["aider"]["command"] == ["aider", "--no-auto-commits"]
+    as_is = config.parse(text, "config.example.yaml")
+    assert as_is.socket_name is None and as_is.agents == {} and as_is.worktree_root is None
+    assert {k: as_is.stop(k) for k in config.DEFAULTS} == config.DEFAULTS
+    assert {k: as_is.watch(k) for k in config.WATCH_DEFAULTS} == config.WATCH_DEFAULTS
+    assert as_is.data.get("default_agent", "demo") == "demo" and as_is.data.get("backend", "tmux") == "tmux"
+    # every commented-out setting, turned on: `# key: value` lines (prose comments have no `key:` first)
+    on = re.sub(r"^(\s*)# ?(?=[a-z_]+:|  |\s*#)", r"\1", text, flags=re.M)
+    turned_on = config.parse(on, "config.example.yaml")
+    assert turned_on.socket_name == "agents" and turned_on.watch("sleep_after") == 3600
+    assert turned_on.agents["aider"]["command"] == ["aider", "--no-auto-commits"]
+    assert turned_on.agents["claude"]["args"] == ["--model", "sonnet"]
 
 
 def test_rewrite_keeps_a_concurrent_appenders_lines(tmp_path):
