@@ -91,6 +91,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
              "working, waiting, idle or stalled, and how long it has held (from `muxhost watch` when one\n"
              "runs, else from one look).")
     sp.add_argument("--all", action="store_true", help="every record, stopped and lost ones too")
+    sp.add_argument("--wide", action="store_true", help="whole conversation ids and folders (the table fits "
+                    "the terminal, or 100 columns, without it: ids cut like git's, folders from the left)")
     json_flag(sp)
 
     sp = cmd("show", "one record, with its process tree and pane")
@@ -292,9 +294,75 @@ def cmd_ls(host, args) -> int:
         print("no records" + ("" if args.all else " running (see `muxhost ls --all`)"))
         return 0
     rows = [[lv.rec.id, lv.rec.name, lv.rec.agent, lv.state, _activity(lv), lv.pane.pane_id if lv.pane else "-",
-             lv.rec.conversation_id or "-", "yes" if lv.resumable else "no", lv.rec.cwd] for lv in lives]
-    print(_table(rows, ["ID", "NAME", "AGENT", "STATE", "ACTIVITY", "PANE", "CONVERSATION", "RESUMABLE", "CWD"]))
+             _conversation(host, lv, args.wide, [o.rec.conversation_id for o in lives]),
+             "yes" if lv.resumable else "no", lv.rec.cwd] for lv in lives]
+    headers = ["ID", "NAME", "AGENT", "STATE", "ACTIVITY", "PANE", "CONVERSATION", "RESUMABLE", "CWD"]
+    if not args.wide:  # the folder gets what is left of the line, shortened from the left
+        import shutil
+
+        width = shutil.get_terminal_size((100, 24)).columns if sys.stdout.isatty() else 100
+        used = len(_table([r[:-1] for r in rows], headers[:-1]).splitlines()[0]) + 2
+        for r in rows:
+            r[-1] = short_path(r[-1], max(16, width - used))
+    print(_table(rows, headers))
     return 0
+
+
+def short_id(cid: str, others=()) -> str:
+    """A conversation id as git shows a commit: its first 8 characters after a word prefix such as
+    ``ses_`` (longer where another id in ``others`` starts the same)."""
+    import re
+
+    head = re.match(r"[A-Za-z]+_", cid)
+    start = head.end() if head else 0
+    n = start + 8
+    while n < len(cid) and any(o != cid and o.startswith(cid[:n]) for o in others if o):
+        n += 1
+    return cid if n >= len(cid) else cid[:n]
+
+
+def short_path(path: str, width: int) -> str:
+    """``path`` with the home folder as ``~``, and cut from the left to ``width`` characters,
+    keeping whole trailing folders (``~/…/project``)."""
+    home = os.path.expanduser("~")
+    if home not in ("", "/") and (path == home or path.startswith(home.rstrip("/") + "/")):
+        path = "~" + path[len(home.rstrip("/")):]
+    if len(path) <= width:
+        return path
+    parts = path.split("/")
+    head = parts[0] + "/" if parts[0] in ("~", "") else ""
+    tail = parts[-1]
+    for i in range(len(parts) - 2, 0, -1):
+        longer = parts[i] + "/" + tail
+        if len(head) + 2 + len(longer) > width:
+            break
+        tail = longer
+    out = f"{head}…/{tail}"
+    return out if len(out) <= width else "…" + path[-(width - 1):]
+
+
+def _conversation(host, lv, wide: bool, others) -> str:
+    """The CONVERSATION cell: its id (short unless ``wide``), and ``+N`` for its child
+    conversations at every depth, as the plugin's ``children`` tells them."""
+    cid = lv.rec.conversation_id
+    if not cid:
+        return "-"
+    kids = len(children_of(host, lv.rec)) if lv.state != "lost" else 0
+    return (cid if wide else short_id(cid, others)) + (f" +{kids}" if kids else "")
+
+
+def children_of(host, rec) -> list[str]:
+    """The record's conversation's descendants, parent first ([] when the plugin cannot tell)."""
+    agent = host.registry.agents.get(rec.agent)
+    if agent is None or not rec.conversation_id or not agent.valid_id(rec.conversation_id):
+        return []
+    from muxhost import plans
+
+    try:
+        return plans.family(agent, host.context(rec), rec.conversation_id)[1:]
+    except Exception as e:  # the table still shows; the warning says why the count is missing
+        host.warn(agent.name, "children", e, rec)
+        return []
 
 
 def _ago(seconds: float) -> str:
@@ -352,6 +420,7 @@ def cmd_show(host, args) -> int:
     d["pane_info"] = None if live.pane is None else {
         "id": live.pane.pane_id, "pid": live.pane.pid, "dead": live.pane.dead, "dead_status": live.pane.dead_status,
         "session": live.pane.session_name, "window": live.pane.window_id, "cwd": live.pane.cwd}
+    d["children"] = children_of(host, rec)
     if args.json:
         out_json(d)
         return 0
@@ -364,6 +433,10 @@ def cmd_show(host, args) -> int:
         print("processes:")
         for p in d["processes"]:
             print(f"  {p['pid']:>7}  {' '.join(p['cmdline']) or p['name']}")
+    if d["children"]:
+        print(f"child conversations ({len(d['children'])}):")
+        for c in d["children"]:
+            print(f"  {c}")
     return 0
 
 
