@@ -19,7 +19,7 @@ EXIT_CODES = """exit codes:
   4 refused (in use, or vetoed) · 5 purge incomplete (something was left)"""
 
 CORE_COMMANDS = ("launch", "ls", "show", "stop", "resume", "purge", "reconcile", "plugins", "watch",
-                 "sleep", "wake", "restore", "send", "wait", "read", "rm")
+                 "sleep", "wake", "restore", "send", "wait", "read", "rm", "attach")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -98,6 +98,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sp = cmd("show", "one record, with its process tree and pane")
     sp.add_argument("ref", metavar="REF")
     json_flag(sp)
+
+    sp = cmd("attach", "go to an agent's pane",
+             "Go to the agent's pane. Inside tmux on the agent's server: the client switches to its\n"
+             "session, window and pane. Inside another tmux server: a new window there attaches to it.\n"
+             "Outside tmux: this terminal becomes a tmux client of the agent's server, on its pane.")
+    sp.add_argument("ref", metavar="REF")
 
     sp = cmd("stop", "stop an agent: /exit, then kill-session, SIGTERM, SIGKILL of the whole tree",
              "The stop ladder: Ctrl-U + the agent's exit text + Enter; wait stop.exit_grace; kill the\n"
@@ -242,8 +248,7 @@ def _load_host(args):
 
 
 def _attach_hint(host, live) -> str:
-    hint = host.backend_of(live.rec).attach_hint(live.pane) if live.pane is not None else ""
-    return f"  attach: {hint}" if hint else ""
+    return f"  attach: muxhost attach {live.rec.name}" if live.pane is not None else ""
 
 
 def _print_warnings(host) -> None:
@@ -556,6 +561,20 @@ def cmd_wait(host, args) -> int:
     return 0
 
 
+def cmd_attach(host, args) -> int:
+    rec = host.resolve(args.ref)
+    live = host.live(rec, host.view([rec]), check_resumable=False)
+    if live.pane is None:
+        from muxhost.errors import NotFound
+
+        raise NotFound(f"{rec.name} ({rec.id}) has no pane ({live.state}); `muxhost resume {rec.name}` starts it again")
+    argv = host.backend_of(rec).attach(live.pane, os.environ)
+    if argv:
+        sys.stdout.flush()
+        os.execvp(argv[0], argv)
+    return 0
+
+
 def cmd_read(host, args) -> int:
     rec = host.resolve(args.ref)
     text = host.read(rec, lines=args.lines)
@@ -675,7 +694,7 @@ def cmd_plugins(host, args) -> int:
 COMMANDS = {"launch": cmd_launch, "ls": cmd_ls, "show": cmd_show, "stop": cmd_stop, "resume": cmd_resume,
             "purge": cmd_purge, "reconcile": cmd_reconcile, "plugins": cmd_plugins, "watch": cmd_watch,
             "sleep": cmd_sleep, "wake": cmd_wake, "restore": cmd_restore, "send": cmd_send, "wait": cmd_wait,
-            "read": cmd_read, "rm": cmd_rm}
+            "read": cmd_read, "rm": cmd_rm, "attach": cmd_attach}
 
 
 _GLOBAL_OPTIONS = ("--config", "--socket", "--backend")

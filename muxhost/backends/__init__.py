@@ -167,6 +167,16 @@ class Backend(ABC):
         """How the user gets to ``pane`` (``tmux -L agents attach -t demo-1a2b``), or ""."""
         return ""
 
+    def attach(self, pane: PaneInfo, env: Mapping[str, str]) -> list[str] | None:
+        """Take the user to ``pane`` (``muxhost attach``). ``env`` is the caller's environment: from
+        inside this server, move the caller's client there and return None; else return the argv
+        that the caller execs to get there (a client of this server). The default: refused, with
+        :meth:`attach_hint` when there is one."""
+        from muxhost.errors import MuxhostError
+
+        hint = self.attach_hint(pane)
+        raise MuxhostError(f"the {self.name} backend cannot attach by itself" + (f"; run: {hint}" if hint else ""))
+
     def move_client_off(self, client: str, session_id: str, text: str) -> str | None:
         """Before session ``session_id`` goes away: if the user's ``client`` is on it, move the client
         to the session it was on before (else the most recently used other one), or, when there is

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import subprocess
 from typing import Iterator, Mapping, Sequence
@@ -352,6 +353,31 @@ class TmuxBackend(Backend):
             pass
 
     # -- keeping a client in tmux while its session goes (the purge key) ---------------------------
+    def attach(self, pane: PaneInfo, env: Mapping[str, str]) -> list[str] | None:
+        """Inside this server (``$TMUX`` names its socket): switch the caller's client to the pane's
+        session, window and pane. Inside another tmux server: a new window there runs a client of
+        this one (tmux refuses to nest a client in a pane otherwise). Outside tmux: the argv of a
+        client of this server on the pane (the pane selected first)."""
+        target = pane.pane_id
+        self._run("select-window", "-t", target, ";", "select-pane", "-t", target, fast=True)
+        inside = (env.get("TMUX") or "").split(",")[0]
+        client = [*self._base(), "attach-session", "-t", target]
+        own = self.socket_path()
+        if inside and own and os.path.realpath(inside) == os.path.realpath(own):
+            self._run("switch-client", "-t", target, fast=True)
+            return None
+        if inside:  # the caller's own server runs the client in a new window
+            subprocess.run([self.tmux_bin or "tmux", "new-window", "-n", pane.session_name or "muxhost",
+                            shlex.join(["env", "-u", "TMUX", "-u", "TMUX_PANE", *client])],
+                           check=True, env=dict(env), stdin=subprocess.DEVNULL, capture_output=True)
+            return None
+        return client
+
+    def socket_path(self) -> str:
+        """The path of this server's socket (tmux's ``#{socket_path}``)."""
+        p = self._run("display-message", "-p", "#{socket_path}", check=False, fast=True)
+        return p.stdout.strip() if p.returncode == 0 and p.stdout.strip() else ""
+
     def _client_session(self, client: str) -> str | None:
         p = self._run("list-clients", "-F", f"#{{client_name}}{SEP}#{{session_id}}", check=False, fast=True)
         return next((s for c, _, s in (ln.partition(SEP) for ln in p.stdout.splitlines()) if c == client), None)
