@@ -173,12 +173,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sp.add_argument("ref", metavar="REF")
     json_flag(sp)
 
-    sp = cmd("restore", "after the pane server died, resume every agent that was running or asleep",
-             "Every record that was running or asleep when its pane went away (a reboot, a crash,\n"
-             "`tmux kill-server`) is resumed in a session named as before, in its own conversation. A\n"
-             "record whose conversation is gone from disk (or runs elsewhere) is reported, not started.\n"
-             "Safe to run twice: what runs is not started again.")
+    sp = cmd("restore", "after the pane server died, resume every agent that was running, show the asleep ones",
+             "Every record that was running when its pane went away (a reboot, a crash, `tmux\n"
+             "kill-server`) is resumed in a session named as before, in its own conversation; one that was\n"
+             "asleep gets its stub again there (Enter wakes it; --wake wakes it now). A record whose\n"
+             "conversation is gone from disk (or runs elsewhere) is reported, not started. Safe to run\n"
+             "twice: what runs is not started again.")
     sp.add_argument("--dry-run", action="store_true", help="list what would be started; start nothing")
+    sp.add_argument("--wake", action="store_true", help="wake the records that were asleep too, instead of "
+                    "showing their stub")
     json_flag(sp)
 
     sp = cmd("send", "type a line into the agent: Ctrl-U, TEXT, Enter",
@@ -526,13 +529,14 @@ def cmd_wake(host, args) -> int:
 
 
 def cmd_restore(host, args) -> int:
-    report = host.restore(dry_run=args.dry_run)
+    report = host.restore(dry_run=args.dry_run, wake=args.wake)
     if args.json:
         out_json(report)
     elif not report:
         print("nothing to restore: every record that was running still is")
     for e in report if not args.json else ():
         what = f"{e['name']} ({e['id']}, {e['agent']} {e['conversation_id'] or '-'})"
+        what += " asleep" if e.get("asleep") else ""
         if e["action"] == "restored":
             print(f"restored {what} in session {e['session']}, pane {e['pane']}")
         elif e["action"] == "would restore":

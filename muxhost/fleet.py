@@ -138,9 +138,9 @@ class FleetOps:
         drop = self.client_vars() | {procs.RECORD_ENV}
         return {k: v for k, v in os.environ.items() if k not in drop}
 
-    def _show_stub(self, rec: Record, panes: list) -> tuple[Any, list[str]]:
+    def _show_stub(self, rec: Record, panes: list, target: str | None = None) -> tuple[Any, list[str]]:
         """The stub in the record's pane (its dead pane among ``panes``, else a new one named as
-        before): the pane, and notes (why there is none)."""
+        before, or a window of session ``target``): the pane, and notes (why there is none)."""
         from muxhost import stub
 
         backend = self.backend_of(rec)
@@ -154,7 +154,7 @@ class FleetOps:
                 self.store.update(rec, pane=info.pane_id)
             else:
                 info, created = backend.create(argv, cwd=cwd, env=self._caller_env(), name=rec.session_name or rec.name,
-                                               options={RECORD_OPTION: rec.id, AGENT_OPTION: rec.agent})
+                                               target=target, options={RECORD_OPTION: rec.id, AGENT_OPTION: rec.agent})
                 self.store.update(rec, pane=info.pane_id, session=info.session_id if created else None,
                                   created_session=created)
         except MuxhostError as e:
@@ -172,24 +172,25 @@ class FleetOps:
         return [lv.rec for lv in self.ls() if _idle_that_long(lv, seconds, now)]
 
     # -- restore -----------------------------------------------------------------------------------
-    def restore(self, dry_run: bool = False) -> list[dict[str, Any]]:
-        """Resume every record that was running or asleep when its pane went away (the server died):
-        each in a session named as before, in its own conversation. One entry per such record:
+    def restore(self, dry_run: bool = False, wake: bool = False) -> list[dict[str, Any]]:
+        """Resume every record that was running when its pane went away (the server died), each in a
+        session named as before, in its own conversation; one that was asleep gets its stub there
+        again (``asleep: true`` in its entry), or, with ``wake``, is woken. One entry per such record:
         ``action`` is ``restored`` (``would restore`` with ``dry_run``), ``skipped`` (and why: no
         conversation, gone from disk, run by another record, the agent not installed) or ``failed``."""
         from muxhost.kit.flock import LockTimeout, flock
 
         if dry_run:
-            return self._restore(dry_run)
+            return self._restore(dry_run, wake)
         path = os.path.join(os.path.dirname(self.store.path), "locks", "restore.lock")
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         try:  # one restore at a time: a second one waits, then finds them running
             with flock(path, 60.0, label=f"restore pid {os.getpid()}"):
-                return self._restore(dry_run)
+                return self._restore(dry_run, wake)
         except LockTimeout as e:
             raise Refused(f"another restore is still running ({e.holder or 'unknown'})") from None
 
-    def _restore(self, dry_run: bool) -> list[dict[str, Any]]:
+    def _restore(self, dry_run: bool, wake: bool) -> list[dict[str, Any]]:
         records = self.store.all()
         view = self.view(records)
         lives = [self.live(r, view, check_resumable=False) for r in records]
@@ -203,7 +204,8 @@ class FleetOps:
             rec = lv.rec
             entry: dict[str, Any] = {"id": rec.id, "name": rec.name, "agent": rec.agent,
                                      "conversation_id": rec.conversation_id, "was": lv.state,
-                                     "session": rec.session_name or rec.name, "pane": None}
+                                     "session": rec.session_name or rec.name, "pane": None,
+                                     "asleep": lv.state == "asleep" and not wake}
             report.append(entry)
             why = self._unrestorable(rec, running)
             if why:
@@ -216,8 +218,22 @@ class FleetOps:
             if server not in sessions:
                 sessions[server] = {p.session_name for p in (self.backend_of(rec).snapshot() or [])}
             name = entry["session"]
-            try:  # a session of that name made by this restore (two records of one session): a window in it
-                started = self.resume(rec, target=name if name in sessions[server] else None, session_name=name)
+            target = name if name in sessions[server] else None  # made by this restore: a window in it
+            if entry["asleep"]:  # asleep it was, asleep it stays: its stub, no agent and none of its memory
+                with self.record_lock(rec, "restore"):
+                    now = self.store.get(rec.id)
+                    if now is None or now.state != "asleep" or self.live(now, self.view([now])).pane is not None:
+                        entry.update(action="skipped", reason="it was woken, stopped or forgotten meanwhile")
+                        continue
+                    pane, notes = self._show_stub(now, [], target=target)
+                if pane is None:
+                    entry.update(action="failed", reason="; ".join(notes))
+                    continue
+                sessions[server].add(pane.session_name)
+                entry.update(action="restored", pane=pane.pane_id, session=pane.session_name)
+                continue
+            try:
+                started = self.resume(rec, target=target, session_name=name)
             except MuxhostError as e:
                 entry.update(action="failed", reason=str(e))
                 continue

@@ -342,15 +342,21 @@ def test_restore_after_the_server_died(mux):
     assert by_name["gamma"]["action"] == "skipped" and "no longer exists" in by_name["gamma"]["reason"]
     assert not mux.has_session("alpha"), "--dry-run starts nothing"
 
+    assert by_name["beta"]["asleep"] is True and not by_name["alpha"]["asleep"]
+
     out = mux.run("restore")
     assert out.rc == 0, out.err
     assert "not restored: gamma" in out.out
+    assert f"restored beta ({b['id']}, demo {b['conversation_id']}) asleep in session beta" in out.out
     for name in ("alpha", "beta"):
         assert mux.has_session(name)
     records = {r["name"]: r for r in mux.ok("ls", "--all", "--json")}
-    for name, was in (("alpha", a), ("beta", b)):
-        assert records[name]["state"] == "running" and records[name]["conversation_id"] == was["conversation_id"]
-        mux.wait_screen(records[name]["pane"], f"resumed conversation {was['conversation_id']}")
+    assert records["alpha"]["state"] == "running" and records["alpha"]["conversation_id"] == a["conversation_id"]
+    mux.wait_screen(records["alpha"]["pane"], f"resumed conversation {a['conversation_id']}")
+    # asleep it was, asleep it stays: its stub again, none of the agent's memory
+    assert records["beta"]["state"] == "asleep" and records["beta"]["conversation_id"] == b["conversation_id"]
+    mux.wait_screen(records["beta"]["pane"], "Enter wakes it")
+    assert carrying(b["id"]) == []
     assert records["delta"]["session"] == "alpha", "delta goes back into alpha's session"
     assert records["gamma"]["state"] == "lost"
 
@@ -358,6 +364,17 @@ def test_restore_after_the_server_died(mux):
     assert [e["action"] for e in again] == ["skipped"]  # gamma, still; nothing started twice
     panes = mux.tmux("list-panes", "-a", "-F", "#{@muxhost_record}")
     assert sorted(panes) == sorted(r["id"] for r in records.values() if r["name"] != "gamma")
+
+
+def test_restore_wake_wakes_the_asleep_ones_too(mux):
+    b = demo(mux, "beta")
+    mux.ok("sleep", "beta")
+    mux.tmux("kill-server")
+    out = mux.ok("restore", "--wake", "--json")
+    assert [(e["name"], e["action"], e["asleep"]) for e in out] == [("beta", "restored", False)]
+    now = row(mux, b["id"])
+    assert now["state"] == "running" and now["conversation_id"] == b["conversation_id"]
+    mux.wait_screen(now["pane"], f"resumed conversation {b['conversation_id']}")
 
 
 @pytest.mark.every_backend
