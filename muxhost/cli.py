@@ -605,10 +605,15 @@ def _print_report(report, as_json: bool) -> None:
     if as_json:
         out_json(report.to_dict())
         return
+    if report.stopped:
+        print(f"stopped record {report.record} first: {report.stopped['outcome']} after "
+              f"{report.stopped['seconds']:.2f}s")
     if report.dry_run:
         print(f"would purge {report.agent} conversation {report.conversation_id}:")
         for item in report.plan:
             print(f"  {item}")
+        if report.refused:
+            print(f"  refused now: {report.refused}")
     else:
         print(f"purged {report.agent} conversation {report.conversation_id}: {len(report.removed)} removed")
         for item in report.removed:

@@ -50,7 +50,7 @@ class PurgeOps:
                 h, env = self.agent_env(dict(os.environ), home, agent.name)
                 ctx = AgentContext(home=h, env=env, cwd=os.getcwd(), config=self.config.agent(agent.name))
         if dry_run:
-            return self._purge(agent, ctx, conversation_id, rec, dry_run=True)
+            return self._purge(agent, ctx, conversation_id, rec, dry_run=True, stop=stop)
         # held from the in-use check until the residual is read: a resume or launch of this
         # conversation (and a second purge) that comes meanwhile waits briefly, then is refused
         with self.conversation_lock(agent.name, conversation_id, "purge"):
@@ -99,21 +99,35 @@ class PurgeOps:
     def _purge(self, agent: Agent, ctx: AgentContext, conversation_id: str, rec: Record | None, *,
                dry_run: bool = False, stop: bool = False,
                confirm: Callable[[PurgeReport], bool] | None = None) -> PurgeReport:
-        if stop and not dry_run and rec is not None:
+        report = PurgeReport(agent=agent.name, conversation_id=conversation_id, record=rec.id if rec else None)
+        runs = False
+        if stop and rec is not None:
             live = self.live(rec, self.view([rec]), agent, check_resumable=False)
-            if live.state in LIVE_STATES:
-                self.stop(rec)
+            runs = live.state in LIVE_STATES
+            if runs and not dry_run:
+                done = self.stop(rec)
+                report.stopped = {"outcome": done.rec.outcome, "seconds": done.rec.seconds}
         from muxhost import plans
 
         members = self._family(agent, ctx, conversation_id)
-        self._refuse_held(agent, ctx, conversation_id, members)
-        report = PurgeReport(agent=agent.name, conversation_id=conversation_id, record=rec.id if rec else None)
+        try:
+            self._refuse_held(agent, ctx, conversation_id, members)
+        except Refused as e:
+            if not dry_run:
+                raise
+            report.refused = str(e)  # a dry run changes nothing: the plan, and why it would be refused now
         items, legacy = self._plan(agent, ctx, members)
         report.plan = plans.labels(items) if items is not None else legacy
         # (the agent's own delete command alone is nothing to purge: nothing of it is on disk)
         if not report.plan or (items is not None and all(i.artifact.kind == "command" for i in items)):
             raise NotFound(f"nothing to purge: conversation {conversation_id} of agent {agent.name} has no artifacts")
         if dry_run:
+            if report.refused is None:
+                reason = self.pm.hook.muxhost_purge_veto(agent=agent.name, conversation_id=conversation_id,
+                                                         artifacts=list(report.plan))
+                report.refused = None if reason is None else f"purge vetoed: {reason}"
+            if runs and report.refused and report.refused.startswith(f"conversation {conversation_id} is in use"):
+                ctx.notes.append(f"with --stop, record {rec.id} ({rec.name}) is stopped first")
             report.dry_run = True
             report.notes = list(ctx.notes)
             return report

@@ -968,6 +968,10 @@ class AgentContract:
         assert r.err.startswith("muxhost: ") and r.err.count("\n") == 1, f"[purge while running] {r.err!r}"
         after = appended_only(before, sizes, self._hash(mux))  # the live agent may append to its log
         assert after == before, f"[purge while running] files changed: {self._changes(before, after)}"
+        early = self._ok(mux, "purge while running", "purge", rec["id"], "--dry-run", "--json")
+        assert early.get("refused"), f"[purge while running] a dry run does not say it would be refused: {early}"
+        after = appended_only(before, sizes, self._hash(mux))
+        assert after == before, f"[purge while running] the dry run changed files: {self._changes(before, after)}"
 
         shown = self._ok(mux, "stop", "show", rec["id"], "--json")
         table = procs.ProcessTable.snapshot()

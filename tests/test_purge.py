@@ -42,11 +42,19 @@ def test_purge_the_demo_conversation_and_its_children_only(mux, tmp_path):
     assert "in use" in r.err and str(rec["pane"]) in r.err
     assert r.err.count("\n") == 1
     assert tree_hash(root) == before
+    # a dry run while it runs: the plan, and why a purge would be refused now (exit 0, nothing touched)
+    early = mux.ok("purge", rec["id"], "--dry-run", "--json")
+    assert early["dry_run"] is True and "is in use" in early["refused"] and rec["pane"] in early["refused"]
+    assert f"~/.local/share/muxhost-demo/conversations/{rec['conversation_id']}.jsonl" in early["plan"]
+    human = mux.run("purge", rec["id"], "--dry-run", "--stop")
+    assert human.rc == 0 and "  refused now: conversation " in human.out
+    assert f"with --stop, record {rec['id']} ({rec['name']}) is stopped first" in human.out
+    assert tree_hash(root) == before and mux.ok("show", rec["id"], "--json")["state"] == "running"
 
     mux.ok("stop", rec["id"])
     before = tree_hash(root)
     plan = mux.ok("purge", rec["id"], "--dry-run", "--json")
-    assert plan["dry_run"] is True
+    assert plan["dry_run"] is True and plan["refused"] is None
     assert tree_hash(root) == before  # a dry run changes nothing
     children = [p for p in plan["plan"] if "[child conversation" in p]
     assert len(children) == 2
@@ -76,9 +84,16 @@ def test_purge_the_demo_conversation_and_its_children_only(mux, tmp_path):
 def test_purge_with_stop_runs_the_ladder_first(mux, tmp_path):
     rec = start_demo(mux, tmp_path)
     report = mux.ok("purge", rec["id"], "--stop", "--yes", "--json")
-    assert report["residual"] == []
+    assert report["residual"] == [] and report["stopped"]["outcome"] == "exit"
     shown = mux.ok("show", rec["id"], "--json")
     assert shown["state"] == "stopped" and shown["outcome"] == "exit"
+
+
+def test_purge_with_stop_says_how_the_stop_went(mux, tmp_path):
+    rec = start_demo(mux, tmp_path)
+    out = mux.run("purge", rec["id"], "--stop", "--yes")
+    assert out.rc == 0, out.err
+    assert out.out.startswith(f"stopped record {rec['id']} first: exit after "), out.out
 
 
 def test_purge_by_agent_and_conversation_without_a_record(mux, tmp_path):
