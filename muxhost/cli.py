@@ -470,8 +470,8 @@ def _outcomes(records, results, args, single: bool, done: str) -> int:
         out_json(docs[0] if single else docs)
     else:
         for rec, r in zip(records, results):
-            if isinstance(r, MuxhostError):
-                print(f"muxhost: {rec.name} ({rec.id}): {r}", file=sys.stderr)
+            if isinstance(r, MuxhostError):  # (most errors name the record already)
+                print(f"muxhost: {r}" if rec.id in str(r) else f"muxhost: {rec.name} ({rec.id}): {r}", file=sys.stderr)
             elif ASLEEP_ALREADY in r.notes:
                 print(f"{rec.name} ({rec.id}) was asleep already")
                 continue
@@ -522,6 +522,9 @@ def cmd_wake(host, args) -> int:
     _notes(live)
     if args.json:
         out_json(live.to_dict())
+    elif live.already:
+        where = f", in pane {live.pane.pane_id}" if live.pane is not None else ""
+        print(f"{rec.name} ({rec.id}) is awake already{where}")
     else:
         print(f"woke {rec.conversation_id} as {rec.name} (record {rec.id}) in pane {live.pane.pane_id}")
         print(_attach_hint(host, live))

@@ -162,7 +162,12 @@ class FleetOps:
         return info, []
 
     def wake(self, rec: Record) -> Live:
-        """An asleep record's agent again, in its pane (or a new one); any other record: resume."""
+        """An asleep record's agent again, in its pane (or a new one); any other record: resume. One
+        whose agent runs is left as it is (``already="awake"``)."""
+        live = self.live(rec, self.view([rec]), check_resumable=False)
+        if live.state == "running":
+            live.already = "awake"
+            return live
         return self.resume(rec)
 
     def idle_for(self, seconds: float) -> list[Record]:

@@ -85,6 +85,7 @@ class Live:
     warnings: list[dict[str, str]] = field(default_factory=list)  # plugin hooks that failed for it
     activity: str | None = None          # working | waiting | idle | stalled (muxhost.activity), when running
     activity_since: float | None = None  # epoch seconds it has held since (None: unknown)
+    already: str | None = None  # a wake of a record awake already ("awake"): nothing was done
 
     def to_dict(self) -> dict[str, Any]:
         r = self.rec

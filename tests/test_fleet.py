@@ -102,6 +102,10 @@ def test_wake_and_stop_of_an_asleep_agent(mux):
     assert time.monotonic() - t0 < 10
     assert woke["state"] == "running" and woke["pane"] == pane
     mux.wait_screen(pane, f"resumed conversation {rec['conversation_id']}")
+    agent = pane_process(mux, pane)
+    awake = mux.run("wake", rec["id"])  # awake already: said so, nothing done
+    assert awake.rc == 0 and awake.out.strip() == f"nap ({rec['id']}) is awake already, in pane {pane}", awake
+    assert pane_process(mux, pane) == agent
 
     mux.ok("sleep", rec["id"])
     stub = pane_process(mux, mux.wait_screen(pane, "Enter wakes it") and pane)
@@ -109,6 +113,8 @@ def test_wake_and_stop_of_an_asleep_agent(mux):
     assert stopped["state"] == "stopped"
     assert not alive(*stub), "stop ends the stub"
     assert not mux.has_session("nap")
+    asleep = mux.run("sleep", rec["id"])  # a stopped record: one line that names it once
+    assert asleep.rc == 4 and asleep.err.count(rec["id"]) == 1 and asleep.err.count("\n") == 1, asleep.err
     # and `resume` wakes too (the same as wake)
     mux.ok("resume", rec["id"])
     mux.ok("sleep", rec["id"])

@@ -156,11 +156,18 @@ def test_answering_no_touches_nothing(mux, keyed):
 
 def test_a_pane_with_no_agent_says_so_and_touches_nothing(mux, keyed):
     neighbour, client = keyed
-    shell_pane = mux.tmux("display-message", "-p", "-t", "main:0", "#{pane_id}")[0]
+    # a pane id of more than one digit's worth of strftime: tmux's display-message padded "%12" as " %12"
+    while int(shell_pane := mux.tmux("new-window", "-t", "main", "-P", "-F", "#{pane_id}", "cat")[0][1:]) < 3:
+        pass
+    shell_pane = "%" + shell_pane
     before = {p: p.read_bytes() for p in demo_root(mux).rglob("*") if p.is_file()}
     mark = client.mark()
     client.press(PREFIX + b"P")
-    client.wait_text(f"muxhost: no agent in pane {shell_pane}", since=mark)
+    import re
+
+    said = wait_for(lambda: re.search(r"muxhost: no agent in pane +%\d+", client.text_since(mark)),
+                    what="the message on the client")
+    assert said.group(0) == f"muxhost: no agent in pane {shell_pane}"  # (tmux's strftime padded "%0")
     assert "purge the" not in client.text_since(mark)  # never asked
     assert {p: p.read_bytes() for p in demo_root(mux).rglob("*") if p.is_file()} == before
     r = mux.run("purge", "--pane", shell_pane, "--yes")

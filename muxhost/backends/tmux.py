@@ -69,6 +69,12 @@ def tmux_key(name: str) -> str:
     raise UsageError(f"unknown key name {name!r}")
 
 
+def literal(text: str) -> str:
+    """``text`` as a tmux message shows it: display-message expands formats (``#{…}``) and then
+    strftime (``%3`` became `` %3``, a pane id padded with a space)."""
+    return text.replace("#", "##").replace("%", "%%")
+
+
 def resolve_address(given: str | None, config=None) -> str | None:
     """The tmux socket: ``--socket``, else ``$MUXHOST_TMUX_SOCKET``, else config ``tmux.socket_name``,
     else None (your own server)."""
@@ -276,7 +282,7 @@ class TmuxBackend(Backend):
             args += ["-c", client]
         if pane_id:
             args += ["-t", pane_id]
-        self._run(*args, "-d", "10000", text.replace("#", "##"), check=False, fast=True)
+        self._run(*args, "-d", "10000", literal(text), check=False, fast=True)
 
     def set_pane_option(self, pane_id: str, name: str, value: str) -> None:
         self._run("set-option", "-p", "-t", pane_id, name, value, fast=True)
@@ -342,7 +348,7 @@ class TmuxBackend(Backend):
             return
         tty, clients = lines[0], lines[1:]
         if clients:
-            self._list([["display-message", "-c", c, "-d", "10000", text.replace("#", "##")] for c in clients])
+            self._list([["display-message", "-c", c, "-d", "10000", literal(text)] for c in clients])
         try:
             fd = os.open(tty, os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK)
             try:
