@@ -1,0 +1,55 @@
+"""The documentation's examples against the real parser: every `muxhost …` line in a code block of
+the README and of docs/ parses (a renamed or removed flag fails here, not in a user's terminal)."""
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from muxhost.cli import build_parser
+from muxhost.errors import UsageError
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def examples(page: Path):
+    """(line number, argv after `muxhost`) for each command line of each fenced code block."""
+    fence = None
+    for n, line in enumerate(page.read_text().splitlines(), 1):
+        if line.startswith("```"):
+            fence = None if fence is not None else line[3:].strip()
+            continue
+        if fence is None or fence not in ("", "sh", "bash", "console", "shell"):
+            continue
+        lex = shlex.shlex(re.sub(r"^\s*(\$ )?", "", line), posix=True, punctuation_chars=True)
+        lex.whitespace_split, lex.commenters = True, "#"
+        try:
+            words = list(lex)
+        except ValueError:  # not a shell line (output shown in the block)
+            continue
+        command: list[str] = []
+        for w in [*words, ";"]:
+            if w and set(w) <= set("&|;<>()"):  # an operator ends a command
+                if command[:1] == ["muxhost"]:
+                    yield n, command[1:]
+                command = []
+            else:
+                command.append(w)
+
+
+CASES = [(page, n, argv) for page in PAGES for n, argv in examples(page)]
+
+
+def test_the_pages_have_examples():
+    assert len(CASES) >= 15, [(p.name, n) for p, n, _ in CASES]
+
+
+@pytest.mark.parametrize("page, line, argv", CASES, ids=[f"{p.name}:{n}" for p, n, _ in CASES])
+def test_every_muxhost_line_parses(page, line, argv):
+    try:
+        build_parser().parse_args(argv)
+    except UsageError as e:
+        pytest.fail(f"{page.name} line {line}: muxhost {shlex.join(argv)}: {e}")
+    except SystemExit as e:  # --help, --version
+        assert e.code == 0, f"{page.name} line {line}: muxhost {shlex.join(argv)} exits {e.code}"
