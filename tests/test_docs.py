@@ -53,3 +53,27 @@ def test_every_muxhost_line_parses(page, line, argv):
         pytest.fail(f"{page.name} line {line}: muxhost {shlex.join(argv)}: {e}")
     except SystemExit as e:  # --help, --version
         assert e.code == 0, f"{page.name} line {line}: muxhost {shlex.join(argv)} exits {e.code}"
+
+
+def quick_start() -> list[list[str]]:
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index("## Quick start"):]
+    block = block[block.index("```sh\n") + 6:]
+    block = block[:block.index("```")]
+    out = []
+    for line in block.splitlines():
+        words = shlex.split(line, comments=True)
+        if words[:1] == ["muxhost"]:
+            out.append(words[1:])
+    return out
+
+
+def test_the_quick_start_works_line_by_line_in_that_order(mux):
+    steps = quick_start()
+    assert len(steps) >= 8 and steps[0][0] == "launch"
+    for argv in steps:
+        r = mux.run(*argv)
+        assert r.rc == 0, f"muxhost {shlex.join(argv)} exited {r.rc}: {r.err or r.out}"
+        if argv[0] == "send":  # (a person reads the answer before going on)
+            mux.wait_screen(mux.ok("show", argv[1], "--json")["pane"], argv[2][::-1])
+    assert mux.ok("ls", "--all", "--json")[-1]["resumable"] is False  # purged
