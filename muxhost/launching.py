@@ -19,6 +19,10 @@ from muxhost.store import Record
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _XDG_VARS = ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR")
+#: seconds a launch or resume waits for the agent's first screen (it is up then, or it died)
+UP_TIMEOUT = 3.0
+#: seconds after its first screen in which an agent that prints an error and exits is caught
+UP_SETTLE = 0.2
 
 
 class LaunchOps:
@@ -176,7 +180,45 @@ class LaunchOps:
                           conversation_id=launch.conversation_id or rec.conversation_id, argv=list(launch.argv))
         live = Live(rec, "running", pane, procs.ProcessTable.snapshot().tree(pane.pid) if pane.pid else [])
         announce(record=live.to_dict())
+        self._wait_up(rec, pane.pane_id)
         return live
+
+    def _wait_up(self, rec: Record, pane_id: str) -> None:
+        """Until the agent shows its first screen (and a moment more): one that exits at once
+        (a bad flag, a missing key) is exit 1 with its status and its last lines, not "launched".
+        The record stays (``exited``: ``ls`` shows it, ``resume`` and ``rm`` work on it)."""
+        backend = self.backend_of(rec)
+        deadline = time.monotonic() + UP_TIMEOUT
+        seen_at, screen = None, ""
+
+        def look() -> str:
+            try:
+                return backend.capture(pane_id)
+            except MuxhostError:  # (a backend that keeps no dead pane: gone with the agent)
+                return ""
+
+        while True:
+            live = self.live(rec, self.view([rec]), check_resumable=False)
+            if live.state not in ("running", "starting"):
+                break
+            now = time.monotonic()
+            screen = look() or screen
+            if seen_at is None and screen.strip():
+                seen_at = now
+            if now >= deadline or (seen_at is not None and now - seen_at >= UP_SETTLE):
+                return
+            time.sleep(0.05)
+        pane = live.pane
+        end = time.monotonic() + 1.0  # its process is gone; the pane server may not have reaped it yet
+        while pane is not None and pane.dead_status is None and backend.keeps_dead_panes and time.monotonic() < end:
+            time.sleep(0.05)
+            pane = next((p for p in backend.snapshot() or [] if p.pane_id == pane_id), None)
+        status = f" (status {pane.dead_status})" if pane is not None and pane.dead_status is not None else ""
+        last = [ln.strip() for ln in ((look() if pane is not None else "") or screen).splitlines() if ln.strip()][-5:]
+        said = ": " + " | ".join(last) if last else ""
+        read = f"`muxhost read {rec.id}` shows its screen, " if pane is not None else ""
+        raise MuxhostError(f"{rec.agent} exited at once{status}{said} (record {rec.id}: {read}"
+                           f"`muxhost rm {rec.id}` forgets it)")
 
     def _forget(self, rec: Record) -> None:
         with self.store.transaction() as con:

@@ -176,6 +176,15 @@ class Mux:
         except ValueError:
             return r.out
 
+    def launch_brief(self, *args: str, **kw) -> dict:
+        """``launch ARGS --json`` of an agent that may exit at once (exit 1, "exited at once", the
+        record kept): the new record either way."""
+        before = {r["id"] for r in self.ok("ls", "--all", "--json")}
+        r = self.run("launch", *args, "--json", **kw)
+        assert r.rc == 0 or (r.rc == 1 and "exited at once" in r.err), \
+            f"muxhost launch {' '.join(args)} -> {r.rc}\nstdout: {r.out}\nstderr: {r.err}"
+        return next(rec for rec in self.ok("ls", "--all", "--json") if rec["id"] not in before)
+
     def tmux(self, *args: str) -> list[str]:
         return self.server.cmd(*args).stdout
 

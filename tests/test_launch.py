@@ -78,7 +78,7 @@ def test_target_and_split_into_an_existing_session(mux):
 
 
 def test_exit_status_and_last_screen_are_kept(mux):
-    mux.config.write_text("agents:\n  failing:\n    command: [sh, -c, 'sleep 0.3; echo last words; sleep 0.3; exit 3']\n")
+    mux.config.write_text("agents:\n  failing:\n    command: [sh, -c, 'sleep 0.3; echo last words; sleep 1.5; exit 3']\n")
     rec = mux.ok("launch", "failing", "--json")
     last = {}
 
@@ -94,6 +94,21 @@ def test_exit_status_and_last_screen_are_kept(mux):
     # tmux keeps the last screen (scrolled up by its "Pane is dead" line)
     kept = "\n".join(mux.tmux("capture-pane", "-p", "-S", "-", "-t", rec["pane"]))
     assert "last words" in kept
+
+
+@pytest.mark.every_backend
+def test_a_launch_whose_agent_dies_at_once_fails_with_its_status_and_screen(mux):
+    mux.config.write_text("agents:\n  dies:\n    command: [sh, -c, "
+                          "'echo \"error: unexpected argument --bogus\"; exit 2']\n")
+    r = mux.run("launch", "dies")
+    assert r.rc == 1 and r.err.count("\n") == 1, r
+    assert r.err.startswith("muxhost: dies exited at once")
+    if mux.backend == "tmux":  # (herdr keeps no dead pane: its status and last screen go with it)
+        assert "(status 2): error: unexpected argument --bogus (record " in r.err and "Pane is dead" not in r.err
+    rec = mux.ok("ls", "--all", "--json")[-1]  # kept, for read, resume and rm
+    assert rec["agent"] == "dies" and rec["state"] == "exited" and f"record {rec['id']}" in r.err
+    up = mux.run("launch", "demo")  # an agent that stays up: launched as before
+    assert up.rc == 0 and up.out.startswith("launched demo")
 
 
 def test_agent_arguments_after_double_dash(mux, tmp_path):
@@ -120,7 +135,7 @@ def test_every_exit_status_is_seen_at_the_first_look(mux):
     so the first look after the exit shows the status. Ten tries, each checked before the next."""
     mux.config.write_text("agents:\n  brief:\n    command: [sh, -c, 'exit 7']\n")
     for _ in range(10):
-        rec = mux.ok("launch", "brief", "--json")
+        rec = mux.launch_brief("brief")
         wait_for(lambda: f"{rec['pane']} 1" in mux.tmux("list-panes", "-a", "-F", "#{pane_id} #{pane_dead}"),
                  what="the pane to die")
         shown = mux.ok("show", rec["id"], "--json")

@@ -159,7 +159,7 @@ def test_an_agent_that_cannot_be_run_says_why(mux, tmp_path):
     agent.write_text("#!/nonexistent/interpreter\n")  # an executable file that execve refuses
     agent.chmod(0o755)
     mux.config.write_text(f"agents:\n  broken:\n    command: [{agent}]\n")
-    rec = mux.ok("launch", "broken", "--json")
+    rec = mux.launch_brief("broken")
     # (its exit status, 127, is checked outside tmux below: tmux 3.3a sometimes reports the status
     # of a pane whose process ends at once only when another of its children ends)
     line = f"muxhost: cannot run {agent}: No such file or directory"

@@ -56,7 +56,7 @@ def test_stop_of_an_agent_that_already_exited_types_nothing(mux, tmp_path):
         # if the ladder typed this into anything, the file would appear
         f"    exit_text: 'touch {marker}'\n"
     )
-    rec = mux.ok("launch", "oneshot", "--json")
+    rec = mux.launch_brief("oneshot")
     wait_for(lambda: mux.ok("ls", "--json")[0]["state"] == "exited", what="the agent to exit")
     shown = mux.ok("show", rec["id"], "--json")
     # tmux's remain-on-exit kept the status; herdr keeps no dead pane, nor its status
@@ -95,7 +95,7 @@ def test_stop_finds_setsid_children_by_their_record_environment(mux, tmp_path):
         "os._exit(0)\n"  # the agent itself exits at once, orphaning the tool
     )
     mux.config.write_text(f"agents:\n  leaver:\n    command: [{sys.executable}, -c, {script!r}]\n")
-    rec = mux.ok("launch", "leaver", "--json")
+    rec = mux.launch_brief("leaver")
     wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="the orphan's pid")
     orphan = int(pidfile.read_text())
     assert _alive(orphan)

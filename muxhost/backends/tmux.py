@@ -268,7 +268,11 @@ class TmuxBackend(Backend):
         self._act("send-keys", "-t", pane_id, *map(tmux_key, keys))
 
     def capture(self, pane_id):
-        return self._run("capture-pane", "-p", "-J", "-S", "-", "-t", pane_id).stdout
+        text = self._run("capture-pane", "-p", "-J", "-S", "-", "-t", pane_id).stdout
+        lines = text.rstrip("\n").split("\n")
+        if lines and lines[-1].startswith("Pane is dead ("):  # tmux's remain-on-exit line, not the agent's
+            text = "\n".join(lines[:-1]).rstrip("\n") + "\n"
+        return text
 
     def kill_pane(self, pane_id):
         self._act("kill-pane", "-t", pane_id, check=False)

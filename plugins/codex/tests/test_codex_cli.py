@@ -223,3 +223,16 @@ def test_new_thread_in_the_same_tui_is_discovered(mux, mux_codex, tmp_path):
     assert record(mux, rid)["conversation_id"] == second
     report = mux.ok("purge", "--agent", "codex", "--conversation", first, "--yes", "--json")
     assert report["complete"] and cx.mentions({first}) == []
+
+
+def test_a_launch_whose_codex_exits_at_once_fails_and_says_why(mux, mux_codex, tmp_path):
+    """`launch codex -- --ask-for-approval untrusted`: codex refuses the value and exits 2 at once;
+    the launch says so (exit 1, its status and last lines) instead of "launched"."""
+    work = tmp_path / "work"
+    work.mkdir()
+    r = mux.run("launch", "codex", "--cwd", str(work), "--", "--ask-for-approval", "untrusted")
+    error = r.err.splitlines()[-1]  # (after the plugin's own warnings, if any)
+    assert r.rc == 1 and error.startswith("muxhost: codex exited at once (status 2): "), r
+    assert "untrusted" in error, error
+    rec = mux.ok("ls", "--all", "--json")[-1]
+    assert rec["agent"] == "codex" and rec["state"] == "exited"
