@@ -129,7 +129,7 @@ def test_an_in_use_that_raises_refuses_the_purge_and_touches_nothing(mux, guards
     conv = mux.home / ".local/share/holdout" / f"{cid}.txt"
     conv.parent.mkdir(parents=True)
     conv.write_text("a conversation\n")
-    own = (os.path.join(".cache", "muxhost"),)  # muxhost's plugin cache (written once the install is 2 s old)
+    own = (os.path.join("home", ".cache"),)  # muxhost's plugin cache (written once the install is 2 s old)
     before = tree_hash(mux.home, skip=own)
 
     r = mux.run("purge", "--agent", "holdout", "--conversation", cid, "--yes", env=env)
