@@ -68,14 +68,16 @@ def judge(ev: Evidence, now: float, stall_after: float) -> str:
 
 
 def first_since(state: str, last_output: float | None, progress: float | None, stall_after: float,
-                now: float) -> float | None:
+                now: float, started: float | None = None) -> float | None:
     """Since when ``state`` holds, seen in one look: ``idle`` and ``waiting`` since the last output
     (the prompt, the question), ``stalled`` since ``stall_after`` after the last sign of life;
-    ``working`` is not known from one look (None)."""
+    ``working`` is not known from one look (None). Never before ``started`` (the record's
+    ``launched_at``: a launch, resume, wake or restore starts the clock afresh; the pane's last
+    output may be its stub's, from before the wake)."""
     if state in ("idle", "waiting") and last_output is not None:
-        return min(last_output, now)
+        return min(max(last_output, started or 0.0), now)
     if state == "stalled" and progress is not None:
-        return min(progress + stall_after, now)
+        return min(max(progress + stall_after, started or 0.0), now)
     return None
 
 
@@ -220,4 +222,5 @@ class ActivityOps:
                 ev.tool_busy = sum(v for k, v in used.items() if k in tool_keys) >= CPU_BUSY * dt
         for lv, ev, _, _ in looks:
             lv.activity = judge(ev, now, stall_after)
-            lv.activity_since = first_since(lv.activity, lv.pane.last_output, ev.progress, stall_after, now)
+            lv.activity_since = first_since(lv.activity, lv.pane.last_output, ev.progress, stall_after, now,
+                                            lv.rec.launched_at)

@@ -395,12 +395,21 @@ def cmd_watch(host, args) -> int:
     import signal
     import time
 
+    def clock(t: float) -> str:
+        return time.strftime('%H:%M:%S', time.localtime(t))
+
     def emit(change) -> None:
+        # stamped with the time of the change (in order); since when the new state holds, apart
         if args.json:
-            print(json.dumps(change), flush=True)
+            line = json.dumps(change)
         else:
-            print(f"{time.strftime('%H:%M:%S', time.localtime(change['since']))}  {change['name']} ({change['record']}) "
-                  f"{change['old'] or '-'} -> {change['new'] or 'gone'}", flush=True)
+            since = f" (since {clock(change['since'])})" if change["new"] and clock(change["since"]) != clock(change["at"]) else ""
+            line = (f"{clock(change['at'])}  {change['name']} ({change['record']}) "
+                    f"{change['old'] or '-'} -> {change['new'] or change.get('note') or 'gone'}{since}")
+        try:
+            print(line, flush=True)
+        except OSError:  # nobody reads the lines any more (run-shell's server gone): the watch goes on
+            sys.stdout = open(os.devnull, "w")
 
     def stop(signum, frame):
         raise KeyboardInterrupt

@@ -17,7 +17,10 @@ gets the backend's alert (tmux: a message and the bell) unless ``watch.alert`` i
 meanwhile, is put to sleep (``muxhost sleep``).
 
 A second watch for the same server is refused (exit 4) naming the first one's pid: the lock file
-``<state dir>/locks/watch-<server>.lock`` is held (``flock``) for the watch's life.
+``<state dir>/locks/watch-<server>.lock`` is held (``flock``) for the watch's life, labelled with
+the server instance it watches (``PaneInfo.server``). A watch ends when that instance does, even
+when a new server runs on the same address; a holder of the lock that watches an instance that is
+gone is ended (by pid and start time) and the lock taken over, with a line on stderr.
 """
 
 from __future__ import annotations
@@ -90,9 +93,13 @@ class Watch:
         self.sleep_after = None if only else host.config.watch("sleep_after")
         #: (record, idle and untouched since) -> the `muxhost sleep` started for that spell
         self.sleepers: dict[tuple[str, float | None], Any] = {}
+        self.sleeps_begun: dict[str, float] = {}  # record -> when this watch's last sleep of it began
         import psutil
 
         self.ident = f"{os.getpid()} {psutil.Process().create_time()}"
+        #: the server instance watched (PaneInfo.server): a new server on the same address is not it
+        self.instance: str | None = None
+        self.gone = False  # the server watched is gone
 
     # -- one pass -------------------------------------------------------------------------------
     def _records(self) -> list[Record]:
@@ -110,11 +117,18 @@ class Watch:
     def step(self) -> list[dict[str, Any]] | None:
         """One pass; returns the changes (None: the server is gone)."""
         panes = self.backend.snapshot()
-        if panes is None:  # the server ended, and every agent on it
-            for tr in self.tracks.values():
+        if panes is not None and self.instance is None:
+            self.instance = instance_of(panes)
+        if panes is None or instance_of(panes) not in (None, self.instance):
+            # the server ended, and every agent on it (another server on its address is not it)
+            tracks, self.tracks = self.tracks, {}
+            for tr in tracks.values():
                 if tr.activity is not None:
-                    self._changed(Live(tr.rec, "lost", None, []), tr.activity, None, time.time(), alert=False)
-            self.tracks.clear()
+                    try:  # (a line nobody can read any more must not keep the watch going)
+                        self._changed(Live(tr.rec, "lost", None, []), tr.activity, None, time.time(), alert=False)
+                    except Exception:
+                        pass
+            self.gone = True
             return None
         table = self.sampler.snapshot()
         if len(self.residents) > 4 * len(table.procs) + 100:  # forget processes long gone
@@ -137,7 +151,9 @@ class Watch:
                 continue
             live = Live(rec, "running", pane, tree)
             tr = self.tracks.get(rec.id)
-            new = tr is None or tr.pane.pane_id != pane.pane_id
+            # a new pane, or a new agent in it (a wake, a resume: launched_at moved) starts afresh,
+            # even when no pass saw the record asleep or its pane dead in between
+            new = tr is None or tr.pane.pane_id != pane.pane_id or tr.rec.launched_at != rec.launched_at
             if new:
                 tr = self.tracks[rec.id] = Track(rec, pane, progress=pane.last_output)
             tr.rec = rec
@@ -205,9 +221,16 @@ class Watch:
                           busy, tool_busy, tr.progress)
             state = judge(ev, now, self.stall_after)
             if state == tr.activity:
+                # idle before and after this pass, but a turn came and went in between: a prompt (a
+                # `send`, a user's key) and output after it restart the idle clock. (Output alone does
+                # not: an idle TUI redraws itself, claude every few seconds.)
+                poke = max(live.rec.sent_at or 0.0, tr.typed or 0.0)
+                if state == "idle" and tr.since is not None and poke > tr.since and (tr.progress or 0.0) >= poke:
+                    tr.since = min(tr.progress, now)
                 continue
             if new:
-                since = first_since(state, live.pane.last_output, tr.progress, self.stall_after, now) or now
+                since = first_since(state, live.pane.last_output, tr.progress, self.stall_after, now,
+                                    live.rec.launched_at) or now
             elif state == "stalled" and tr.progress is not None:
                 since = min(tr.progress + self.stall_after, now)
             else:
@@ -215,11 +238,18 @@ class Watch:
             old, tr.activity, tr.since = tr.activity, state, since
             live.activity, live.activity_since = state, since
             changes.append(self._changed(live, old, state, since, alert=not first or old is not None))
+        fresh = {r.id: r for r in self.records} if self.only is None else {}
         for rid in [r for r in self.tracks if r not in seen]:
             tr = self.tracks.pop(rid)
             live = Live(tr.rec, "exited", tr.pane, [])
             if tr.activity is not None:
-                changes.append(self._changed(live, tr.activity, None, now, alert=False))
+                # (why, where it is known: put to sleep — by this watch's sleep_after, its sleep
+                # under way or done, or by another muxhost)
+                asleep = getattr(fresh.get(rid), "state", None) == "asleep"
+                mine = any(k[0] == rid and p is not None and p.poll() is None for k, p in self.sleepers.items()) or (
+                    asleep and rid in self.sleeps_begun and (fresh[rid].slept_at or 0.0) >= self.sleeps_begun[rid])
+                note = "asleep (sleep_after)" if mine else "asleep" if asleep else None
+                changes.append(self._changed(live, tr.activity, None, now, alert=False, note=note))
             if tr.published is not None:  # a dead pane keeps its options: take ours back
                 self.backend.publish({tr.pane.pane_id: {ACTIVITY_OPTION: None, ACTIVITY_SINCE_OPTION: None}})
         self._publish()
@@ -246,14 +276,20 @@ class Watch:
                 # counts), from what this watch published — where the backend shows that to others
                 again = ("--idle-for", f"{self.sleep_after}s") if tr.pane.watcher is not None else ()
                 argv = self.host._muxhost_argv(tr.rec, "sleep", *again, tr.rec.id)
+                self.sleeps_begun[tr.rec.id] = time.time()
                 self.sleepers[key] = subprocess.Popen(argv,
                                                       env=self.host._caller_env(), stdin=subprocess.DEVNULL,
                                                       stdout=subprocess.DEVNULL)
 
-    def _changed(self, live: Live, old: str | None, new: str | None, since: float, alert: bool) -> dict[str, Any]:
+    def _changed(self, live: Live, old: str | None, new: str | None, since: float, alert: bool,
+                 note: str | None = None) -> dict[str, Any]:
+        """One change: ``at`` is when the watch saw it, ``since`` since when the new state holds (it
+        may be earlier: a new agent idle since its last output); ``note`` says why a record left the
+        watch (``asleep``, ``asleep (sleep_after)``), where known."""
         rec = live.rec
         change = {"record": rec.id, "name": rec.name, "agent": rec.agent,
-                  "pane": live.pane.pane_id if live.pane else None, "old": old, "new": new, "since": round(since, 3)}
+                  "pane": live.pane.pane_id if live.pane else None, "old": old, "new": new, "since": round(since, 3),
+                  "at": round(time.time(), 3), "note": note}
         if self.only is not None:
             return change
         try:
@@ -290,7 +326,10 @@ class Watch:
             self.server_values.update(changed)
 
     def withdraw(self) -> None:
-        """Take back everything published (the watch ends): no stale state in any status line."""
+        """Take back everything published (the watch ends): no stale state in any status line — but
+        nothing of a server on the same address that is not the one watched."""
+        if self.gone or (self.instance is not None and instance_of(self.backend.snapshot() or []) != self.instance):
+            return
         panes = {tr.pane.pane_id: {ACTIVITY_OPTION: None, ACTIVITY_SINCE_OPTION: None}
                  for tr in self.tracks.values() if tr.published is not None}
         self.backend.publish(panes, {WATCH_OPTION: None, SUMMARY_OPTION: None, WAITING_OPTION: None})
@@ -319,6 +358,11 @@ class Watch:
         for w in new:
             rec = f" for record {w['record']}" if w.get("record") else ""
             print(f"muxhost: warning: {w['agent']}: {w['hook']} failed{rec}: {w['error']}", file=sys.stderr, flush=True)
+
+
+def instance_of(panes: list[PaneInfo]) -> str | None:
+    """The server instance of a snapshot's panes (:attr:`PaneInfo.server`), None when unknown."""
+    return next((p.server for p in panes if p.server), None)
 
 
 def _discovers(agent) -> bool:
@@ -352,8 +396,10 @@ class WatchOps:
 
             raise UsageError("--interval must be more than 0 seconds")
         backend = self.current()
-        if backend.snapshot() is None:
+        panes = backend.snapshot()
+        if panes is None:
             raise MuxhostError(self.no_server())
+        instance = instance_of(panes)
         # a process that runs for days imports every plugin now: one removed or upgraded meanwhile
         # must not fail a pass hours from now
         load_pending = getattr(self.pm, "load_pending", None)
@@ -361,15 +407,56 @@ class WatchOps:
             load_pending()
         path = lock_path(self.server)
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        import psutil
+
+        me = psutil.Process()
+        # (the label: who holds it, and of which server instance; "watch pid N" first, as before)
+        label = f"watch pid {me.pid} started {me.create_time()} server {instance or '-'}"
+        wait = 0.0
+        while True:
+            try:
+                with flock(path, wait, label=label):
+                    watch = Watch(self, interval, float(self.config.watch("stall_after")),
+                                  bool(self.config.watch("alert")), emit)
+                    watch.instance = instance
+                    watch.run()
+                return
+            except LockTimeout as e:
+                if os.path.realpath(e.path) != os.path.realpath(path):
+                    raise
+                if wait or not self._end_stale_watch(e.holder, instance, backend):
+                    pid = e.holder.split()[2] if len(e.holder.split()) > 2 else "?"
+                    raise Refused(f"a watch already runs for the {backend.name} server on {backend.where()} "
+                                  f"(pid {pid})") from None
+                wait = 10.0  # (it was told to end: its lock comes once it has)
+
+    def _end_stale_watch(self, holder: str, instance: str | None, backend) -> bool:
+        """The lock's holder watches another instance of this server (one that is gone): end it (by
+        its pid and start time, SIGTERM, then SIGKILL), say so on stderr, and return True. False
+        when it watches this very server, or when that is not known."""
+        import signal
+
+        from muxhost import procs
+
+        words = holder.split()  # watch pid N started T server P S
+        if instance is None or len(words) < 7 or words[:2] != ["watch", "pid"] or words[5] != "server":
+            return False
+        theirs = " ".join(words[6:])
+        if theirs == instance:
+            return False
         try:
-            with flock(path, 0, label=f"watch pid {os.getpid()}"):
-                Watch(self, interval, float(self.config.watch("stall_after")), bool(self.config.watch("alert")),
-                      emit).run()
-        except LockTimeout as e:
-            if os.path.realpath(e.path) != os.path.realpath(path):
-                raise
-            pid = e.holder.rpartition(" ")[2] if e.holder else "?"
-            raise Refused(f"a watch already runs for the {backend.name} server on {backend.where()} (pid {pid})") from None
+            pid, started = int(words[2]), float(words[4])
+        except ValueError:
+            return False
+        print(f"muxhost: watch: taking over the lock of watch pid {pid}: it watches a {backend.name} server on "
+              f"{backend.where()} that is gone (server {theirs}; this one is {instance})", file=sys.stderr, flush=True)
+        if procs.signal_if_same(pid, started, signal.SIGTERM):
+            procs.signal_if_same(pid, started, signal.SIGCONT)  # (a stopped one, too, ends)
+            deadline = time.monotonic() + 5
+            while procs.same_process(pid, started) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            procs.signal_if_same(pid, started, signal.SIGKILL)
+        return True
 
 
 __all__ = ["STATES", "Track", "Watch", "WatchOps", "lock_path", "summary"]

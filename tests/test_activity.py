@@ -73,7 +73,7 @@ def test_demo_transitions_and_the_change_lines(mux):
     assert steps == [(None, "idle"), ("idle", "working"), ("working", "idle"), ("idle", "waiting"),
                      ("waiting", "idle"), ("idle", "working"), ("working", "stalled")]
     for c in w.changes:
-        assert set(c) == {"record", "name", "agent", "pane", "old", "new", "since"}
+        assert set(c) == {"record", "name", "agent", "pane", "old", "new", "since", "at", "note"}
         assert c["pane"] == pane and c["agent"] == "demo" and c["name"] == rec["name"]
     sinces = [c["since"] for c in w.changes]
     assert sinces == sorted(sinces)

@@ -49,6 +49,9 @@ class PaneInfo:
     #: one of its session's current window; muxhost's own typing does not count); None = unknown.
     #: An agent someone is typing to is not put to sleep for being idle.
     last_input: float | None = None
+    #: which instance of the server the pane is on (tmux: the server's pid and start time): another
+    #: value on the same address is a new server, after the one a watch watched went; None = unknown
+    server: str | None = None
 
 
 #: key names the host uses, the same for every backend (each maps them to its own): "enter",

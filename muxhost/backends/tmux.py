@@ -27,7 +27,9 @@ _FIELDS = ("pane_id", "pane_pid", "pane_dead", "pane_dead_status", "session_id",
            WATCH_OPTION, "pane_dead_signal",
            # a client's last key (or attach) into the session — not send-keys: muxhost's own typing —
            # and whether it went to this pane: the active pane of the session's current window
-           "session_activity", "window_active", "pane_active")
+           "session_activity", "window_active", "pane_active",
+           # the server instance (a new server on the same socket is another one)
+           "pid", "start_time")
 FORMAT = SEP.join("#{%s}" % f for f in _FIELDS)
 # what tmux sets in a new pane's environment itself; the launcher takes these from its own
 PANE_ENV = ("TMUX", "TMUX_PANE", "TERM", "TERM_PROGRAM", "TERM_PROGRAM_VERSION", "SHELL")
@@ -46,7 +48,8 @@ def _parse(line: str) -> PaneInfo | None:
                     last_output=_number(parts[11]), output_mark=SEP.join(parts[11:15]),
                     activity=parts[15] or None, activity_since=_number(parts[16]), watcher=parts[17] or None,
                     extra={"dead_signal": parts[18]} if parts[18] else {},
-                    last_input=_number(parts[19]) if parts[20] == parts[21] == "1" else None)
+                    last_input=_number(parts[19]) if parts[20] == parts[21] == "1" else None,
+                    server=f"{parts[22]} {parts[23]}" if parts[22] else None)
 
 
 def _number(text: str) -> float | None:
