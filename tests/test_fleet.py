@@ -252,7 +252,9 @@ def test_the_watch_puts_idle_agents_to_sleep(mux):
             raise AssertionError(f"{e}; the record: {row(mux, rec['id'])}; the watch's changes: {w.changes}; "
                                  f"its stderr: {w.stderr!r}") from None
         mux.wait_screen(row(mux, rec["id"])["pane"], "Enter wakes it")  # (herdr: in a new pane)
-        wait_for(lambda: ("idle", None) in [(c["old"], c["new"]) for c in w.changes], timeout=10,
+        # (the ladder's exit text may show as `idle -> working` just before the agent leaves)
+        wait_for(lambda: [c for c in w.changes if c["record"] == rec["id"] and c["new"] is None
+                          and c.get("note") == "asleep (sleep_after)"], timeout=10,
                  what="the watch's change line for the agent it put to sleep")
 
 

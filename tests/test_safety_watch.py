@@ -46,14 +46,14 @@ def test_a_wake_starts_the_idle_clock_afresh_even_when_no_pass_saw_it_asleep(mux
         os.kill(w.proc.pid, signal.SIGSTOP)  # (the watch this test started)
         try:
             mux.ok("sleep", rid)
+            woke = time.time()  # (the wake returns once the agent drew its first screen)
             mux.ok("wake", rid)
-            woke = time.time()
             assert row(mux, rid)["pane"] == pane
             mux.wait_screen(pane, "resumed conversation")
         finally:
             os.kill(w.proc.pid, signal.SIGCONT)
         mark = len(w.changes)
-        wait_for(lambda: float(w.option("@muxhost_activity_since", pane) or 0) >= woke - 1.5, timeout=10,
+        wait_for(lambda: float(w.option("@muxhost_activity_since", pane) or 0) >= woke - 0.5, timeout=10,
                  what=f"idle since the wake (published: {w.activity(pane)} since "
                       f"{w.option('@muxhost_activity_since', pane)}; the wake at {woke:.3f}; changes {w.changes[mark:]})")
         assert idle_for(mux, rid) < time.time() - woke + 1.5
