@@ -165,6 +165,7 @@ class PurgeReport:
     notes: list[str] = field(default_factory=list)
     dry_run: bool = False
     record: str | None = None
+    home: str | None = None  # the HOME purged in, when it is not the caller's
 
     @property
     def complete(self) -> bool:
