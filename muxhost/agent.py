@@ -165,6 +165,7 @@ class PurgeReport:
     notes: list[str] = field(default_factory=list)
     dry_run: bool = False
     record: str | None = None
+    home: str | None = None  # the HOME purged in, when it is not the caller's
     #: a dry run of a purge that would be refused now (in use, vetoed): why; None: it would go ahead
     refused: str | None = None
     #: ``purge --stop``: how the ladder ended the record's agent first (``{"outcome", "seconds"}``)

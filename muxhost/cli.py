@@ -427,8 +427,8 @@ def cmd_show(host, args) -> int:
 
     rec = host.resolve(args.ref)
     view = host.view([rec])
-    live = host.live(rec, view)
-    host.activities([live], view)
+    live = host.live(rec, view, check_resumable=False)
+    host.judge([live], view)  # as `ls` judges it
     marked = procs.marked(rec.id, view.table, since=rec.launched_at)
     seen = {p.pid for p in live.tree}
     processes = [*live.tree, *[p for p in marked if p.pid not in seen]]
@@ -621,13 +621,14 @@ def _print_report(report, as_json: bool) -> None:
         print(f"stopped record {report.record} first: {report.stopped['outcome']} after "
               f"{report.stopped['seconds']:.2f}s")
     if report.dry_run:
-        print(f"would purge {report.agent} conversation {report.conversation_id}:")
+        print(f"would purge {report.agent} conversation {report.conversation_id}{_in_home(report)}:")
         for item in report.plan:
             print(f"  {item}")
         if report.refused:
             print(f"  refused now: {report.refused}")
     else:
-        print(f"purged {report.agent} conversation {report.conversation_id}: {len(report.removed)} removed")
+        print(f"purged {report.agent} conversation {report.conversation_id}{_in_home(report)}: "
+              f"{len(report.removed)} removed")
         for item in report.removed:
             print(f"  - {item}")
         for item in report.residual:
@@ -636,8 +637,14 @@ def _print_report(report, as_json: bool) -> None:
         print(f"  note: {note}")
 
 
+def _in_home(report) -> str:
+    """`` in HOME /other/home`` when the purge is not in the caller's HOME, else ""."""
+    return f" in HOME {report.home}" if report.home else ""
+
+
 def _confirm(report) -> bool:
-    print(f"purge {report.agent} conversation {report.conversation_id}? this removes:", file=sys.stderr)
+    print(f"purge {report.agent} conversation {report.conversation_id}{_in_home(report)}? this removes:",
+          file=sys.stderr)
     for item in report.plan:
         print(f"  {item}", file=sys.stderr)
     try:

@@ -58,7 +58,8 @@ def bindings(key: str = "P", socket: str | None = None, wait_key: str = "W") -> 
     mux = muxhost_command() + (f" --socket {shlex.quote(socket)}" if socket else "")
     target = "--pane '#{pane_id}' --client '#{client_name}'"
     prepare = f"{mux} purge-key {target} --prepare"
-    purge = f"{mux} purge-key {target} --run || true"
+    # (the id the prompt named goes with "y": the pane may be in another conversation by then)
+    purge = f"{mux} purge-key {target} --conversation '#{{{CONVERSATION_OPTION}}}' --run || true"
     prompt = f"muxhost: purge the #{{{AGENT_OPTION}}} conversation #{{{CONVERSATION_OPTION}}} for good? (y/n)"
     return f"""# muxhost purge key: prefix + {key} purges the conversation of the agent in the current pane,
 # with its child conversations. It asks first, naming the agent and the conversation, stops the agent

@@ -13,10 +13,13 @@ from muxhost import procs, worktrees
 from muxhost.agent import Agent, AgentContext, Launch
 from muxhost.backends import AGENT_OPTION, RECORD_OPTION
 from muxhost.errors import MuxhostError, NotFound, Refused, UsageError
-from muxhost.state import Live
+from muxhost.state import Live, owners
 from muxhost.store import Record
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+ID_BYTES = 4  # a record id is os.urandom(ID_BYTES).hex(): 8 lowercase hex digits
+#: what a REF of a record id (or of a prefix of one) looks like: never a name
+ID_LIKE_RE = re.compile(rf"[0-9a-f]{{1,{2 * ID_BYTES}}}")
 ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _XDG_VARS = ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR")
 #: seconds a launch or resume waits for the agent's first screen (it is up then, or it died)
@@ -67,11 +70,15 @@ class LaunchOps:
         cwd = os.path.abspath(os.path.expanduser(cwd or os.getcwd()))
         if not os.path.isdir(cwd):
             raise UsageError(f"--cwd {cwd}: no such directory")
-        rid = os.urandom(4).hex()
+        rid = os.urandom(ID_BYTES).hex()
         name = name or f"{agent.name}-{rid}"
         if not NAME_RE.fullmatch(name):
             raise UsageError(f"--name {name!r}: use letters, digits, '-' and '_' (up to 64)")
-        for other in self.store.all():
+        if ID_LIKE_RE.fullmatch(name):
+            raise UsageError(f"--name {name!r} looks like a record id (or a prefix of one: up to "
+                             f"{2 * ID_BYTES} hex digits); a REF would not tell them apart: choose another name")
+        everyone = self.store.all()
+        for other in everyone:
             if other.name == name and other.state != "stopped":
                 raise UsageError(f"--name {name!r} is already used by record {other.id}")
         home, full_env = self.agent_env(dict(os.environ), home, agent.name, env)
@@ -84,7 +91,8 @@ class LaunchOps:
             full_env["PWD"] = cwd  # as a shell would set it: some agents take their folder from $PWD
             cfg = self.config.agent(agent.name)
             ctx = AgentContext(home=home, env=dict(full_env), cwd=cwd, launched_at=time.time(), config=cfg,
-                               args=list(cfg.get("args") or []) + list(args), record_id=rid)
+                               args=list(cfg.get("args") or []) + list(args), record_id=rid,
+                               claimed=frozenset(owners(everyone, agent.name)))
             launch = self._checked_launch(agent, agent.launch(ctx))
             full_env.update(launch.env)
             self.check_command(agent, list(launch.argv), full_env, cwd)  # no record, no pane, if it cannot run

@@ -15,6 +15,11 @@ from muxhost.state import LIVE_STATES
 from muxhost.store import Record
 
 
+def _callers_home(home: str) -> bool:
+    """``home`` is the HOME of whoever runs muxhost (compared by realpath)."""
+    return os.path.realpath(home) == os.path.realpath(os.environ.get("HOME") or os.path.expanduser("~"))
+
+
 class PurgeOps:
     """The purge half of :class:`muxhost.host.Host`."""
 
@@ -43,7 +48,8 @@ class PurgeOps:
                 raise UsageError("purge needs a REF, or --agent and --conversation")
         self.check_id(agent, conversation_id)
         if ctx is None:  # (a caller that found a hand-started agent in a pane passes its context)
-            rec = rec or self._record_for(agent.name, conversation_id)
+            # (an explicit --home wins: a record's copy of the conversation in another HOME is not it)
+            rec = rec or self._record_for(agent.name, conversation_id, home)
             if rec is not None:
                 ctx = self.context(rec)
             else:
@@ -99,7 +105,8 @@ class PurgeOps:
     def _purge(self, agent: Agent, ctx: AgentContext, conversation_id: str, rec: Record | None, *,
                dry_run: bool = False, stop: bool = False,
                confirm: Callable[[PurgeReport], bool] | None = None) -> PurgeReport:
-        report = PurgeReport(agent=agent.name, conversation_id=conversation_id, record=rec.id if rec else None)
+        report = PurgeReport(agent=agent.name, conversation_id=conversation_id, record=rec.id if rec else None,
+                             home=None if _callers_home(ctx.home) else ctx.home)
         runs = False
         if stop and rec is not None:
             live = self.live(rec, self.view([rec]), agent, check_resumable=False)
@@ -199,8 +206,12 @@ class PurgeOps:
             legacy += [f"{a}{suffix}" for a in results[m]]
         return None, legacy
 
-    def _record_for(self, agent: str, conversation_id: str) -> Record | None:
-        matches = [r for r in self.store.all() if r.agent == agent and r.conversation_id == conversation_id]
+    def _record_for(self, agent: str, conversation_id: str, home: str | None = None) -> Record | None:
+        """The latest record in ``conversation_id`` (with ``home``: one whose HOME it is)."""
+        same = (lambda h: True) if home is None else (
+            lambda h, want=os.path.realpath(os.path.expanduser(home)): os.path.realpath(h) == want)
+        matches = [r for r in self.store.all() if r.agent == agent and r.conversation_id == conversation_id
+                   and same(r.home)]
         return matches[-1] if matches else None
 
     def refuse_alive(self, rec: Record, agent: Agent | None, conversations: Iterable[str],
@@ -248,10 +259,14 @@ class PurgeOps:
         return holders
 
     def purge_pane(self, pane_id: str, *, dry_run: bool = False, stop: bool = False,
-                   confirm: Callable[[PurgeReport], bool] | None = None) -> PurgeReport:
+                   confirm: Callable[[PurgeReport], bool] | None = None, confirmed: str | None = None) -> PurgeReport:
+        """Purge the conversation of the agent in ``pane_id``; ``confirmed``: the id the user said
+        yes to (the purge key's prompt), purged exactly, and refused if the pane is in another now."""
         loc = self.locate(pane_id)
+        if confirmed is not None:
+            self.refuse_moved(loc, confirmed)
         if loc.rec is not None:
-            return self.purge(rec=loc.rec, dry_run=dry_run, stop=stop, confirm=confirm)
+            return self.purge(rec=loc.rec, conversation_id=confirmed, dry_run=dry_run, stop=stop, confirm=confirm)
         if not loc.conversation_id:
             raise NotFound(f"the {loc.agent.name} agent in pane {pane_id} has no conversation on disk yet")
         self.check_id(loc.agent, loc.conversation_id)
@@ -259,4 +274,12 @@ class PurgeOps:
             self.stop_adopted(loc)
         return self.purge(agent_name=loc.agent.name, conversation_id=loc.conversation_id, dry_run=dry_run,
                           confirm=confirm, ctx=loc.ctx)
+
+    @staticmethod
+    def refuse_moved(loc, confirmed: str) -> None:
+        """Exit 4 when the agent located in a pane is no longer in the conversation ``confirmed``."""
+        if loc.conversation_id != confirmed:
+            raise Refused(f"the {loc.agent.name} agent in pane {loc.pane.pane_id} is in conversation "
+                          f"{loc.conversation_id or '(none yet)'} now, not {confirmed} as confirmed: nothing "
+                          "was purged (press the key again)")
 

@@ -55,6 +55,17 @@ def is_stub(proc: procs.Proc) -> bool:
     return any(arg.endswith(tail) for arg in proc.cmdline[:4])
 
 
+def owners(records: Iterable[Record], agent: str) -> dict[str, set[str]]:
+    """Each conversation id a record of ``agent`` is or has been in, and the ids of those records:
+    a record owns them whatever its state (stopped, asleep, lost, exited) until ``rm`` forgets it."""
+    owner: dict[str, set[str]] = {}
+    for r in records:
+        if r.agent == agent:
+            for cid in {*r.conversations, *([r.conversation_id] if r.conversation_id else [])}:
+                owner.setdefault(cid, set()).add(r.id)
+    return owner
+
+
 def server_of(rec: Record) -> tuple[str, str | None]:
     """The server a record's agent runs on: (backend name, address)."""
     return (rec.backend or "tmux", rec.socket)
@@ -193,8 +204,9 @@ class StateOps:
         of ``lives``: a plugin that ignores pids ("the newest conversation in my cwd that is not
         claimed") can only tell two agents in one folder apart when both are asked. Records without
         a conversation choose first (newest launch first: its window is the narrowest), then the
-        others. Every id any other running record has been in is claimed, and so is each id handed
-        out earlier in this refresh. A record that has a conversation never moves onto an id that
+        others. Every id any other record has been in is claimed, whatever its state (stopped,
+        asleep, lost, exited: only ``rm`` forgets a record), and so is each id handed out earlier in
+        this refresh. A record that has a conversation never moves onto an id that
         another record's ``discover`` also returned: an ambiguous answer changes nothing."""
         agents = {lv.rec.agent for lv in lives if lv.state == "running"}
         if not agents:
@@ -215,12 +227,8 @@ class StateOps:
             if agent is None:
                 continue
             group = [lv for lv in by_id.values() if lv.rec.agent == name]
-            # every id a live record of this agent is (or has been) in belongs to that record
-            owner: dict[str, set[str]] = {}
-            for lv in group:
-                if lv.state in ("running", "starting", "exited"):
-                    for cid in {*lv.rec.conversations, *([lv.rec.conversation_id] if lv.rec.conversation_id else [])}:
-                        owner.setdefault(cid, set()).add(lv.rec.id)
+            # every id a record of this agent is (or has been) in belongs to that record, whatever its state
+            owner = owners([*records, *(lv.rec for lv in group)], name)
             asked = sorted((lv for lv in group if lv.state == "running"),
                            key=lambda lv: (lv.rec.conversation_id is not None, -lv.rec.launched_at))
             answers: dict[str, str | None] = {}
@@ -260,11 +268,16 @@ class StateOps:
         for lv in lives:
             if lv.state == "running" and lv.rec.state == "asleep":  # (see live: a wake cut short)
                 self.store.update(lv.rec, state="running", slept_at=None)
+        self.judge(lives, view, records)
+        return lives
+
+    def judge(self, lives: list[Live], view: View, records: list[Record] | None = None) -> None:
+        """What `ls` and `show` say of each record, one judgement for both: its conversation
+        (refreshed), resumable (its conversation is on disk, whatever the state), activity."""
         self.refresh(lives, view, records)
         for lv in lives:
             lv.resumable = self._resumable(self.registry.agents.get(lv.rec.agent), lv.rec, lv)
         self.activities(lives, view)  # muxhost.activity: the watch's knowledge, else one look
-        return lives
 
     def resolve(self, ref: str) -> Record:
         records = self.store.all()
@@ -278,22 +291,22 @@ class StateOps:
             if not view.server_running(self.server):
                 raise MuxhostError(self.no_server())
             raise NotFound(f"no muxhost record for pane {ref}")
-        exact = [r for r in records if r.id == ref]
-        if exact:
-            return exact[0]
+        if not ref:
+            raise UsageError("an empty REF names no record")
+        # an id, any unique prefix of one, or a name: every record REF could mean, none preferred
         named = [r for r in records if r.name == ref]
-        if len(named) > 1:
+        if len(named) > 1:  # a name used again after a stop: the record that is not stopped
             current = [r for r in named if r.state != "stopped"]
-            if len(current) == 1:
-                return current[0]
-        if not named:
-            named = [r for r in records if r.id.startswith(ref)] if len(ref) >= 2 else []
-        if len(named) == 1:
-            return named[0]
-        if not named:
+            named = current if len(current) == 1 else named
+        found = list({r.id: r for r in [*named, *(r for r in records if r.id.startswith(ref))]}.values())
+        if len(found) == 1:
+            return found[0]
+        if not found:
             raise NotFound(f"no record matches {ref!r} (see `muxhost ls --all`)")
-        ids = ", ".join(f"{r.id} ({r.name})" for r in named[:6])
-        raise UsageError(f"{ref!r} matches {len(named)} records: {ids}; use a longer id")
+        shown = ", ".join(f"{r.id} (name {r.name}, {r.state})" for r in found[:10])
+        more = f" and {len(found) - 10} more" if len(found) > 10 else ""
+        raise UsageError(f"ambiguous: {ref!r} matches {len(found)} records: {shown}{more}; "
+                         "give more of the id, or the name")
 
     def reconcile(self) -> list[str]:
         """Compare records with the panes and the process table; fix what drifted; say what changed."""
@@ -346,8 +359,7 @@ class StateOps:
         if found is None:
             raise NotFound(f"no agent in pane {pane_id}")
         agent, proc = found
-        claimed = {lv.rec.conversation_id for lv in running.values()
-                   if lv.state == "running" and lv.rec.agent == agent.name and lv.rec.conversation_id}
+        claimed = set(owners(records, agent.name))  # every id a record has been in, whatever its state
         ctx = self._process_context(agent, proc, view.table, claimed)
         cid = None
         try:

@@ -257,3 +257,28 @@ def test_bindings_printed_by_an_earlier_muxhost_still_work(mux, bound):
     assert r.rc == 0 and r.out == "" and r.err == ""
     assert not conv(mux, rec["conversation_id"]).exists()
     assert conv(mux, neighbour["conversation_id"]).exists()
+
+
+def test_key_purges_only_the_conversation_the_prompt_named(mux, keyed):
+    """The prompt names X; the agent moves to Y (`/new`) before "y": nothing is purged, and tmux
+    says why (the confirmed id goes with "y", and the pane is no longer in it)."""
+    neighbour, client = keyed
+    rec = mux.ok("launch", "demo", "--json")
+    mux.wait_screen(rec["pane"], "demo>")
+    into_main(mux, rec["id"])
+    x = rec["conversation_id"]
+    press_purge(client, f"purge the demo conversation {x} for good? (y/n)")
+    mux.type(rec["pane"], "/new")  # while the prompt waits
+
+    def now() -> str:
+        return {r["id"]: r for r in mux.ok("ls", "--json")}[rec["id"]]["conversation_id"]
+
+    wait_for(lambda: now() != x, what="the new conversation")
+    y = now()
+    before = {c: conv(mux, c).read_bytes() for c in (x, y)}
+    mark = client.mark()
+    client.press(b"y")
+    client.wait_text(f"not {x} as confirmed", since=mark)
+    assert {c: conv(mux, c).read_bytes() for c in (x, y)} == before
+    assert mux.ok("show", rec["id"], "--json")["state"] == "running"
+    assert still_running(client) and session_of(mux, client) == "main"

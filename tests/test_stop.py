@@ -105,12 +105,12 @@ def test_stop_finds_setsid_children_by_their_record_environment(mux, tmp_path):
 
 
 def test_stop_leaves_other_agents_in_the_same_session_running(mux):
-    first = mux.ok("launch", "demo", "--name", "aa", "--json")
-    second = mux.ok("launch", "demo", "--name", "bb", "--target", "aa", "--json")
+    first = mux.ok("launch", "demo", "--name", "ax", "--json")
+    second = mux.ok("launch", "demo", "--name", "bx", "--target", "ax", "--json")
     mux.wait_screen(second["pane"], "demo>")
-    assert mux.ok("stop", "aa", "--json")["outcome"] == "exit"
+    assert mux.ok("stop", "ax", "--json")["outcome"] == "exit"
     assert _alive(second["pids"][0])
-    assert mux.ok("show", "bb", "--json")["state"] == "running"
+    assert mux.ok("show", "bx", "--json")["state"] == "running"
     assert not _alive(first["pids"][0])
 
 

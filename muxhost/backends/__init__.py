@@ -152,6 +152,10 @@ class Backend(ABC):
     def set_pane_option(self, pane_id: str, name: str, value: str) -> None:
         """Attach a named value to a pane (tmux: a user option). Optional."""
 
+    def pane_option(self, pane_id: str, name: str) -> str | None:
+        """The value :meth:`set_pane_option` attached to a pane, or None. Optional."""
+        return None
+
     def where(self) -> str:
         """This server, for messages ("socket 'agents'")."""
         return self.name

@@ -294,6 +294,10 @@ class TmuxBackend(Backend):
     def set_pane_option(self, pane_id: str, name: str, value: str) -> None:
         self._run("set-option", "-p", "-t", pane_id, name, value, fast=True)
 
+    def pane_option(self, pane_id: str, name: str) -> str | None:
+        p = self._run("show-options", "-pqv", "-t", pane_id, name, check=False, fast=True)
+        return (p.stdout.rstrip("\n") or None) if p.returncode == 0 else None
+
     def _list(self, commands: list[list[str]]) -> subprocess.CompletedProcess:
         """``commands`` as ONE tmux command list (one tmux process), errors not raised."""
         joined: list[str] = []

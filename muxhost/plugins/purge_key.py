@@ -25,9 +25,11 @@ def cmd_tmux_bindings(args) -> int:
     return 0
 
 
-def run_key(host, pane: str | None, client: str | None, prepare: bool) -> int:
+def run_key(host, pane: str | None, client: str | None, prepare: bool, conversation: str | None = None) -> int:
     """One step of the key: ``prepare`` (find the agent and its conversation, for the prompt) or the
-    purge itself (the ladder first, the client moved off a session that goes with the agent)."""
+    purge itself (the ladder first, the client moved off a session that goes with the agent) of
+    exactly the conversation the prompt named (``conversation``; earlier bindings pass none: the
+    one ``prepare`` put into the pane option), refused when the pane is in another one now."""
     from muxhost import keys
 
     if not pane:
@@ -41,11 +43,15 @@ def run_key(host, pane: str | None, client: str | None, prepare: bool) -> int:
             backend.set_pane_option(pane, keys.AGENT_OPTION, loc.agent.name)
             backend.set_pane_option(pane, keys.CONVERSATION_OPTION, loc.conversation_id)
             return 0
+        confirmed = conversation or backend.pane_option(pane, keys.CONVERSATION_OPTION)
+        if not confirmed:
+            raise UsageError(f"no confirmed conversation for pane {pane}: press the key again")
+        host.refuse_moved(host.locate(pane), confirmed)  # (before the client is moved anywhere)
         # the client off the agent's session before the ladder ends it (tmux would detach the client)
         held = keys.move_client_first(host, backend, pane, client) if client else None
         text = "muxhost: the purge failed"
         try:
-            report = host.purge_pane(pane, stop=True, confirm=None)
+            report = host.purge_pane(pane, stop=True, confirm=None, confirmed=confirmed)
             text = keys.summary(report)
         except MuxhostError as e:
             text = f"muxhost: {e}"
@@ -63,7 +69,7 @@ def run_key(host, pane: str | None, client: str | None, prepare: bool) -> int:
 def cmd_purge_key(args) -> int:
     if args.prepare == args.run:
         raise UsageError("purge-key takes --prepare or --run")
-    return run_key(args.host, args.pane, args.client, prepare=args.prepare)
+    return run_key(args.host, args.pane, args.client, prepare=args.prepare, conversation=args.conversation)
 
 
 @muxhost.hookimpl
@@ -86,4 +92,6 @@ def muxhost_register_commands(subparsers):
     step = sp.add_mutually_exclusive_group()
     step.add_argument("--prepare", action="store_true", help="find the agent and its conversation for the prompt")
     step.add_argument("--run", action="store_true", help="stop the agent, purge the conversation, say the outcome")
+    sp.add_argument("--conversation", metavar="ID",
+                    help="with --run: the conversation the prompt named; refused if the pane is in another now")
     sp.set_defaults(func=cmd_purge_key)

@@ -218,17 +218,17 @@ def test_an_agent_that_exits_takes_its_pane_shows_exited_and_resumes_in_a_new_pa
 
 @on_any_herdr
 def test_target_and_split_close_only_the_records_pane(mux):
-    a = mux.ok("launch", "demo", "--name", "aa", "--json")
-    b = mux.ok("launch", "demo", "--name", "bb", "--target", "aa", "--json")  # a tab beside aa's
-    c = mux.ok("launch", "demo", "--name", "cc", "--target", a["pane"], "--split", "right", "--json")
+    a = mux.ok("launch", "demo", "--name", "ax", "--json")
+    b = mux.ok("launch", "demo", "--name", "bx", "--target", "ax", "--json")  # a tab beside ax's
+    c = mux.ok("launch", "demo", "--name", "cx", "--target", a["pane"], "--split", "right", "--json")
     panes = {p.pane_id: p for p in mux.pane_backend().snapshot()}
     assert panes[b["pane"]].session_id != panes[a["pane"]].session_id
     assert panes[b["pane"]].extra["workspace_id"] == panes[a["pane"]].extra["workspace_id"]
-    assert panes[c["pane"]].session_id == panes[a["pane"]].session_id  # a split of aa's pane
+    assert panes[c["pane"]].session_id == panes[a["pane"]].session_id  # a split of ax's pane
     mux.wait_screen(c["pane"], "demo>")
-    # aa's tab is muxhost's, but cc runs in it now: only aa's pane is closed
-    assert mux.ok("stop", "aa", "--json")["outcome"] == "exit"
-    assert {r["name"]: r["state"] for r in mux.ok("ls", "--json")} == {"bb": "running", "cc": "running"}
+    # ax's tab is muxhost's, but cx runs in it now: only ax's pane is closed
+    assert mux.ok("stop", "ax", "--json")["outcome"] == "exit"
+    assert {r["name"]: r["state"] for r in mux.ok("ls", "--json")} == {"bx": "running", "cx": "running"}
     r = mux.run("launch", "demo", "--split", "right")
     assert r.rc == 2 and "--split needs --target PANE" in r.err
 
