@@ -181,8 +181,9 @@ class FleetOps:
 
         if dry_run:
             return self._restore(dry_run)
-        path = os.path.join(os.path.dirname(self.store.path), "locks", "restore.lock")
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        from muxhost.store import private_folder
+
+        path = os.path.join(private_folder(os.path.join(os.path.dirname(self.store.path), "locks")), "restore.lock")
         try:  # one restore at a time: a second one waits, then finds them running
             with flock(path, 60.0, label=f"restore pid {os.getpid()}"):
                 return self._restore(dry_run)

@@ -360,7 +360,10 @@ class WatchOps:
         if load_pending is not None:
             load_pending()
         path = lock_path(self.server)
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        from muxhost.store import private_folder, state_folder
+
+        state_folder()
+        private_folder(os.path.dirname(path))
         try:
             with flock(path, 0, label=f"watch pid {os.getpid()}"):
                 Watch(self, interval, float(self.config.watch("stall_after")), bool(self.config.watch("alert")),
