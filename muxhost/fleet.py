@@ -44,8 +44,11 @@ def parse_duration(text: str, what: str = "duration") -> float:
         value = float(number) * (unit or 1)
     except ValueError:
         value = -1.0
-    if not 0 <= value < float("inf"):
-        raise UsageError(f"{what} {text!r}: expected seconds, or a number with s, m, h or d (30m)")
+    from muxhost.config import MAX_SECONDS, seconds_ok
+
+    if not seconds_ok(value):
+        raise UsageError(f"{what} {text!r}: expected seconds, or a number with s, m, h or d (30m), "
+                         f"up to {MAX_SECONDS // 86400}d")
     return value
 
 

@@ -347,10 +347,12 @@ class WatchOps:
         from muxhost.kit.flock import LockTimeout, flock
 
         interval = float(self.config.watch("interval") if interval is None else interval)
-        if interval <= 0:
+        from muxhost.config import MAX_SECONDS, seconds_ok
+
+        if not seconds_ok(interval) or interval == 0:
             from muxhost.errors import UsageError
 
-            raise UsageError("--interval must be more than 0 seconds")
+            raise UsageError(f"--interval must be more than 0 seconds, and at most {MAX_SECONDS}")
         backend = self.current()
         if backend.snapshot() is None:
             raise MuxhostError(self.no_server())
