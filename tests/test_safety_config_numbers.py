@@ -7,7 +7,7 @@ import pytest
 from muxhost import config
 from muxhost.errors import ConfigError
 
-BAD = [".nan", ".NaN", ".inf", "-.inf", "-1", "1e400", "1e12", "100000000000000000000000000000000000000000000"]
+BAD = [".nan", ".NaN", ".inf", "-.inf", "-1", "1.0e+400", "1.0e+12", "100000000000000000000000000000000000000000000"]
 
 KEYS = {  # dotted key -> the YAML that sets it to {v}, and its line
     "stop.exit_grace": ("stop:\n  exit_grace: {v}\n", 2),
