@@ -494,9 +494,15 @@ def _outcomes(records, results, args, single: bool, done: str) -> int:
     return max((e.exit_code for e in failed), default=0)
 
 
+def _check_grace(args) -> None:
+    from muxhost.config import MAX_SECONDS, seconds_ok
+
+    if args.grace is not None and not seconds_ok(args.grace):
+        raise UsageError(f"--grace must be a number of seconds from 0 to {MAX_SECONDS}")
+
+
 def cmd_stop(host, args) -> int:
-    if args.grace is not None and args.grace < 0:
-        raise UsageError("--grace must be >= 0")
+    _check_grace(args)
     if args.all == bool(args.refs):
         raise UsageError("stop takes REF… or --all")
     view = None
@@ -513,8 +519,7 @@ def cmd_stop(host, args) -> int:
 def cmd_sleep(host, args) -> int:
     from muxhost.fleet import parse_duration
 
-    if args.grace is not None and args.grace < 0:
-        raise UsageError("--grace must be >= 0")
+    _check_grace(args)
     if args.idle_for is None and not args.refs:
         raise UsageError("sleep takes REF… and/or --idle-for D")
     idle_for = parse_duration(args.idle_for, "--idle-for") if args.idle_for is not None else None

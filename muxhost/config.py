@@ -52,6 +52,16 @@ SCHEMA: dict[str, Any] = {
     "worktree": {"root": _STR},
 }
 
+#: the most seconds a setting or a flag takes (a year): finite, and within what sleeps and waits take
+MAX_SECONDS = 365 * 86400
+
+
+def seconds_ok(value: Any) -> bool:
+    """Whether ``value`` is a number of seconds muxhost takes: finite, from 0 to :data:`MAX_SECONDS`
+    (NaN, infinity and negative numbers are not: a NaN grace would never end the stop ladder)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value <= MAX_SECONDS
+
+
 DEFAULTS = {"exit_grace": 5.0, "term_grace": 2.0, "hup_grace": 1.0, "exit_pause": 0.5}
 WATCH_DEFAULTS: dict[str, Any] = {"interval": 1.0, "stall_after": 600.0, "sleep_after": None, "alert": True}
 
@@ -235,7 +245,7 @@ def _check(node, shape, key: str, path: str, lines: dict[str, int]):
             raise _fail(path, node, key, f"expected true or false, got {value!r}")
         return value
     if shape == _NUM:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise _fail(path, node, key, f"expected a number of seconds >= 0, got {value!r}")
+        if not seconds_ok(value):
+            raise _fail(path, node, key, f"expected a number of seconds from 0 to {MAX_SECONDS}, got {value!r}")
         return float(value)
     raise AssertionError(shape)

@@ -44,8 +44,11 @@ def parse_duration(text: str, what: str = "duration") -> float:
         value = float(number) * (unit or 1)
     except ValueError:
         value = -1.0
-    if not 0 <= value < float("inf"):
-        raise UsageError(f"{what} {text!r}: expected seconds, or a number with s, m, h or d (30m)")
+    from muxhost.config import MAX_SECONDS, seconds_ok
+
+    if not seconds_ok(value):
+        raise UsageError(f"{what} {text!r}: expected seconds, or a number with s, m, h or d (30m), "
+                         f"up to {MAX_SECONDS // 86400}d")
     return value
 
 
@@ -187,8 +190,9 @@ class FleetOps:
 
         if dry_run:
             return self._restore(dry_run, wake)
-        path = os.path.join(os.path.dirname(self.store.path), "locks", "restore.lock")
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        from muxhost.store import private_folder
+
+        path = os.path.join(private_folder(os.path.join(os.path.dirname(self.store.path), "locks")), "restore.lock")
         try:  # one restore at a time: a second one waits, then finds them running
             with flock(path, 60.0, label=f"restore pid {os.getpid()}"):
                 return self._restore(dry_run, wake)

@@ -112,15 +112,12 @@ def write(argv: Sequence[str], *, cwd: str, env: Mapping[str, str], inherit: Ite
     when the pane could not be made, :meth:`LaunchFile.wait` for it when it was. Files older than
     :data:`STALE_AFTER` (a pane that never ran its launcher) are deleted on the way."""
     from muxhost.errors import MuxhostError
-    from muxhost.store import state_dir
+    from muxhost.store import private_folder, state_folder
 
     if not sys.executable:
         raise MuxhostError("cannot start an agent: this Python does not know its own executable")
     data = _encode(argv, cwd, env, inherit)
-    state = state_dir()
-    state.mkdir(parents=True, exist_ok=True, mode=0o700)
-    folder = state / "launch"
-    folder.mkdir(exist_ok=True, mode=0o700)
+    folder = private_folder(state_folder() / "launch")
     if folder.stat().st_mode & 0o777 != 0o700:
         os.chmod(folder, 0o700)
     now = time.time()
@@ -154,8 +151,13 @@ def main(args: list[str] | None = None) -> int:
     if len(args) != 1:
         return _fail("usage: launcher.py FILE")
     path = args[0]
-    try:
-        with open(path, "rb") as f:
+    try:  # never through a symbolic link, and only a file of ours that nobody else can read
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o170077 != 0o100000:  # S_IFREG, 0600
+            os.close(fd)
+            return _fail(f"cannot read the launch file {path}: not a private file of yours (mode 0600)")
+        with open(fd, "rb") as f:
             try:
                 os.unlink(path)  # first: the environment stays on disk no longer than this
             except FileNotFoundError:

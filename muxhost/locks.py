@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from muxhost.kit.flock import LockTimeout, flock
+from muxhost.store import private_folder
 
 if TYPE_CHECKING:
     from muxhost.errors import Refused
@@ -50,8 +51,7 @@ def conversation(lock_dir: str | os.PathLike, agent: str, conversation_id: str, 
     refused (exit 4) when another muxhost holds it past ``timeout``."""
     from muxhost.errors import Refused
 
-    lock_dir = Path(lock_dir)
-    lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    lock_dir = private_folder(lock_dir)
     path = conversation_lock_path(lock_dir, agent, conversation_id)
     try:
         with flock(path, timeout, label=f"{purpose} pid {os.getpid()}"):
@@ -81,8 +81,7 @@ def records(lock_dir: str | os.PathLike, record_ids: list[str], purpose: str,
     and does the rest (one busy record never keeps a `stop --all` from stopping the others)."""
     from muxhost.errors import Refused
 
-    lock_dir = Path(lock_dir)
-    lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    lock_dir = private_folder(lock_dir)
     deadline = time.monotonic() + (RECORD_WAIT if timeout is None else timeout)
     busy: dict[str, Refused] = {}
     with contextlib.ExitStack() as stack:

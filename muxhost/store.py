@@ -9,6 +9,12 @@ Every SQLite or OS error met opening, migrating, reading or writing the store be
 (damaged, locked, not writable, full disk, a folder where a file belongs...). Nothing is swallowed: a
 write that fails fails the command. The state folder muxhost creates is 0700; ``state.db`` and its
 ``-wal`` / ``-shm`` are 0600 whatever the umask (SQLite gives those two the database file's mode).
+
+As tmux and ssh do, muxhost uses no state folder, and no file or folder in it, that another user
+could change (it holds every agent's environment, and ``restore`` runs what a record says): one
+not owned by you, writable by group or others, or a symbolic link is refused (exit 1, one line
+naming it and the fix), and so is a parent of the state folder that someone other than you or
+root owns, or that group or others can write without the sticky bit (``/tmp`` is fine).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import errno
 import json
 import os
 import sqlite3
+import stat
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
@@ -139,6 +146,73 @@ def lock_timeout(env: dict[str, str] | None = None) -> float:
     return value
 
 
+def _unsafe(st: os.stat_result) -> str | None:
+    """Why another user could change the file or folder ``st`` is about (the fix included), or None."""
+    me = os.geteuid()
+    if stat.S_ISLNK(st.st_mode):
+        return "a symbolic link where muxhost keeps a file of its own; remove it"
+    if st.st_uid != me:
+        return (f"owned by uid {st.st_uid}, not by you (uid {me}), who could read your agents' secrets or run "
+                f"code as you through it; remove it, or set MUXHOST_STATE_DIR to a folder of your own")
+    if st.st_mode & 0o022:
+        return "writable by group or others, who could read your agents' secrets or run code as you through it"
+    return None
+
+
+def check_private(path: str | os.PathLike, st: os.stat_result | None = None) -> None:
+    """Refuse (exit 1) a file or folder of the state folder that another user could change: not
+    yours, writable by group or others, or a symbolic link. ``st``: its ``fstat`` when it is open
+    already (else ``lstat``); a missing path passes (muxhost makes it)."""
+    if st is None:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return
+    why = _unsafe(st)
+    if why:
+        if why.startswith("writable"):
+            why += f"; chmod go-w {path}"
+        raise MuxhostError(f"{path}: {why}")
+
+
+def private_folder(path: str | os.PathLike) -> Path:
+    """A folder muxhost keeps in the state folder (``locks/``, ``launch/``): made 0700 whatever the
+    umask, or refused (exit 1) when another user could change it (:func:`check_private`)."""
+    path = Path(path)
+    try:
+        os.mkdir(path, 0o700)
+        os.chmod(path, 0o700)
+    except FileExistsError:
+        check_private(path)
+        if not path.is_dir():
+            raise _os_error(NotADirectoryError(errno.ENOTDIR, ""), path) from None
+    return path
+
+
+def _check_state_folder(d: Path) -> None:
+    """The state folder and its parents, as ssh judges them: the folder (its symlinks resolved) is
+    yours and not writable by group or others; a parent is yours or root's, and writable by group or
+    others only with the sticky bit (``/tmp``), so that nobody else can replace the folder."""
+    check_private(d, os.stat(d))
+    _check_parents(d)
+
+
+def _check_parents(d: Path) -> None:
+    for parent in Path(os.path.realpath(d)).parents:
+        st = os.stat(parent)
+        if st.st_uid not in (0, os.geteuid()):
+            raise MuxhostError(f"{parent}: owned by uid {st.st_uid}, who could replace the state folder {d} in it; "
+                               f"set MUXHOST_STATE_DIR to a folder of your own")
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            raise MuxhostError(f"{parent}: writable by group or others, who could replace the state folder {d} "
+                               f"in it; chmod go-w {parent}, or set MUXHOST_STATE_DIR to a folder of your own")
+
+
+def state_folder() -> Path:
+    """The state folder (:func:`state_dir`), created 0700, checked (:func:`_check_state_folder`)."""
+    return Store._state_folder()
+
+
 def _private(path: Path, mode: int) -> None:
     """Drop group/other access from an existing ``path``. A file we may not chmod (not ours, a
     read-only file system) is left as it is: the write that needs it reports the real problem."""
@@ -154,8 +228,12 @@ class Store:
         self.timeout = lock_timeout()
         if path is None:
             path = self._state_folder() / "state.db"
+        elif Path(path).parent.is_dir():
+            _check_state_folder(Path(path).parent)
         self.path = Path(path)
         with self._errors():
+            for p in (self.path, *self._sidecars()):
+                check_private(p)
             try:  # created 0600 here, not by SQLite with the umask; its -wal and -shm take its mode
                 os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
             except FileExistsError:
@@ -170,15 +248,20 @@ class Store:
     @staticmethod
     def _state_folder() -> Path:
         """The state folder, created 0700. An existing one is tightened to 0700 only when it is the
-        default one (``…/muxhost``, muxhost's own); a ``$MUXHOST_STATE_DIR`` that already existed may be
-        shared (``/tmp``, a project folder), so its mode stays the user's: the files in it are 0600."""
+        default one (``…/muxhost``, muxhost's own); a ``$MUXHOST_STATE_DIR`` that already existed keeps
+        the user's mode (the files in it are 0600), but one that group or others can write, or that is
+        not the user's, is refused (:func:`_check_state_folder`)."""
         d = state_dir()
+        if d.parent.is_dir():
+            _check_parents(d)  # before anything is made in it
         try:
             d.mkdir(parents=True, mode=0o700)
+            os.chmod(d, 0o700)
         except FileExistsError:
             if not d.is_dir():
                 raise MuxhostError(f"{d}: is a file, not a folder; move it aside, or set MUXHOST_STATE_DIR "
                                    f"to a folder for muxhost's records") from None
+            _check_state_folder(d)
             if not os.environ.get("MUXHOST_STATE_DIR"):
                 _private(d, 0o700)
         except OSError as e:
@@ -188,6 +271,8 @@ class Store:
             if e.errno == errno.ENOTDIR:  # an ancestor is a file
                 d = next((a for a in d.parents if a.exists() and not a.is_dir()), d)
             raise _os_error(e, d, "creating the state folder") from e
+        else:
+            _check_state_folder(d)
         return d
 
     def _sidecars(self) -> tuple[Path, Path]:

@@ -391,10 +391,12 @@ class WatchOps:
         from muxhost.kit.flock import LockTimeout, flock
 
         interval = float(self.config.watch("interval") if interval is None else interval)
-        if interval <= 0:
+        from muxhost.config import MAX_SECONDS, seconds_ok
+
+        if not seconds_ok(interval) or interval == 0:
             from muxhost.errors import UsageError
 
-            raise UsageError("--interval must be more than 0 seconds")
+            raise UsageError(f"--interval must be more than 0 seconds, and at most {MAX_SECONDS}")
         backend = self.current()
         panes = backend.snapshot()
         if panes is None:
@@ -406,7 +408,10 @@ class WatchOps:
         if load_pending is not None:
             load_pending()
         path = lock_path(self.server)
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        from muxhost.store import private_folder, state_folder
+
+        state_folder()
+        private_folder(os.path.dirname(path))
         import psutil
 
         me = psutil.Process()

@@ -274,7 +274,7 @@ def test_loose_state_files_are_tightened(mux):
     r = umask_022(mux, python="import os; from muxhost.store import Store; Store(); os._exit(0)")
     assert r.returncode == 0, r.stderr
     assert [mode(mux.state_dir / n) for n in loose] == [0o600] * 3
-    # an existing $MUXHOST_STATE_DIR may be shared (/tmp, a project folder): its mode stays the user's
+    # an existing $MUXHOST_STATE_DIR keeps the user's mode (0755: nobody else can write in it)
     assert mode(mux.state_dir) == 0o755
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Iterator
@@ -57,14 +58,16 @@ def flock(path: str | os.PathLike, timeout: float, *, shared: bool = False, labe
           create: bool = True) -> Iterator[int | None]:
     """Hold ``flock`` on ``path`` within ``timeout`` seconds, else raise :class:`LockTimeout`.
 
-    A missing file is created (mode 0600), unless ``create`` is false: then nothing is locked and
-    ``None`` is yielded (an agent's lock file that does not exist is not ours to make). With
-    ``label``, an exclusive holder writes it into the file so that a waiter can say who holds it.
+    A missing file is created (mode 0600, ``O_EXCL``), unless ``create`` is false: then nothing is
+    locked and ``None`` is yielded (an agent's lock file that does not exist is not ours to make).
+    With ``create``, the lock file is one's own: never opened through a symbolic link, and one that
+    is not a regular file of yours, or that group or others can write, is refused
+    (:class:`~muxhost.errors.MuxhostError`, exit 1: another user could hold or redirect the lock).
+    With ``label``, an exclusive holder writes it into the file so that a waiter can say who holds it.
     Yields the file descriptor; closing it on exit releases the lock."""
     path = Path(path)
-    flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | (os.O_CREAT if create else 0)
     try:
-        fd = os.open(path, flags, 0o600)
+        fd = _own(path) if create else os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         if create:
             raise
@@ -83,6 +86,38 @@ def flock(path: str | os.PathLike, timeout: float, *, shared: bool = False, labe
         yield fd
     finally:
         os.close(fd)
+
+
+def _own(path: Path) -> int:
+    """Open (or create, 0600) the lock file ``path`` of one's own; refused when another user could
+    change it (see :func:`flock`)."""
+    from muxhost.store import check_private
+
+    flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    while True:
+        try:
+            return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        try:
+            fd = os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
+        except FileNotFoundError:
+            continue  # removed meanwhile: create it
+        except OSError as e:
+            if os.path.islink(path):
+                check_private(path)  # refused: a symbolic link
+            raise e
+        try:
+            st = os.fstat(fd)
+            check_private(path, st)
+            if not stat.S_ISREG(st.st_mode):
+                from muxhost.errors import MuxhostError
+
+                raise MuxhostError(f"{path}: not a regular file where muxhost keeps a lock of its own; remove it")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
 
 @contextlib.contextmanager
