@@ -6,7 +6,8 @@ A record's ``worktree`` is ``{"path", "repo", "branch", "base"}``: the folder mu
 top-level folder of the repository it came from, the branch, and the commit it started from. The
 branch is deleted only while it still points at ``base`` (atomically: ``update-ref -d REF BASE``),
 so commits made in the worktree are never lost; the folder is removed only while ``git status``
-shows nothing (or with ``--force``). Files git ignores go with the folder.
+shows nothing, no commit made in it would lose its last name (a reflog's) and no other repository
+is inside it (or with ``--force``). Files git ignores go with the folder.
 """
 
 from __future__ import annotations
@@ -158,6 +159,42 @@ def unreachable_head(path: str) -> str | None:
     return None if refs.stdout.strip() else sha
 
 
+def reflog_only(wt: dict[str, Any]) -> list[str]:
+    """Commits made in the worktree that only a reflog ``rm`` takes still names (newest first): the
+    worktree HEAD's (``git reset --hard HEAD~1`` after a commit), and the branch's while the branch
+    is back at its base (:func:`delete_branch` deletes it, reflog and all). Not the base or what it
+    came from, nor a commit any other ref contains."""
+    path, ref = wt["path"], f"refs/heads/{wt['branch']}"
+    named: list[str] = []
+    logs = [(path, "HEAD")]
+    deleted = commit_of(wt["repo"], ref) == wt["base"]
+    if deleted:
+        logs.append((wt["repo"], ref))
+    for folder, log in logs:
+        p = git(folder, "log", "-g", "--format=%H", log, check=False)
+        if p.returncode != 0:  # fail closed: what we cannot see may be work
+            raise MuxhostError(f"cannot read the reflog of {log} in {folder}: {why(p)}; nothing was removed")
+        named += p.stdout.split()
+    if not named:
+        return []
+    p = git(wt["repo"], "rev-list", "--ignore-missing", *dict.fromkeys(named), "--not", wt["base"],
+            *([f"--exclude={ref}"] if deleted else []), "--glob=refs/*", check=False)
+    if p.returncode != 0:
+        raise MuxhostError(f"cannot tell whether the commits of the worktree {path} are on a branch: "
+                           f"{why(p)}; nothing was removed")
+    return p.stdout.split()
+
+
+def nested_repo(path: str) -> str | None:
+    """The first folder under the worktree that holds a ``.git`` of its own (a repository, ignored by
+    the worktree's git or not): ``git worktree remove`` takes it, history and all. None if none."""
+    for top, dirs, files in os.walk(path):
+        if top != path and (".git" in dirs or ".git" in files):
+            return top
+        dirs[:] = [d for d in dirs if d != ".git"]
+    return None
+
+
 def describe(lines: list[str]) -> str:
     """``2 changed, 1 untracked: a.py, b.py, notes.txt``."""
     untracked = sum(1 for ln in lines if ln.startswith("??"))
@@ -215,6 +252,16 @@ class WorktreeOps:
                     raise Refused(f"the worktree {wt['path']} is at commit {lost[:12]}, which is on no branch: "
                                   f"removing it would lose it; put it on one (git -C {wt['path']} branch NAME), "
                                   f"or rm --force; nothing was removed")
+                only = reflog_only(wt)
+                if only:
+                    raise Refused(f"the worktree {wt['path']} has {len(only)} commit(s) only a reflog names (newest "
+                                  f"{only[0][:12]}, e.g. after a `git reset`): removing it would lose them; keep "
+                                  f"them (git -C {wt['repo']} branch keep {only[0]}), or rm --force; nothing was removed")
+                nested = nested_repo(wt["path"])
+                if nested:
+                    raise Refused(f"the worktree {wt['path']} holds another git repository, {nested}: removing it "
+                                  f"would lose that repository's history; move it out of the worktree, or "
+                                  f"rm --force; nothing was removed")
         self.refuse_alive(rec, self.registry.agents.get(rec.agent),
                           [*([rec.conversation_id] if rec.conversation_id else []), *rec.conversations],
                           then="; nothing was removed")

@@ -446,17 +446,26 @@ def test_sleep_leaves_no_process_of_a_stubborn_agent_and_the_pane_stays(mux, tmp
 
 @pytest.mark.every_backend
 def test_sleep_and_wake_on_every_backend(mux):
+    # another agent on the server: a sleep that killed the pane must not end the server (a new
+    # server numbers its panes from the start again: the stub's new pane had the same id)
+    mux.ok("launch", "demo", "--name", "bystander")
     rec = mux.ok("launch", "demo", "--json")
     mux.wait_screen(rec["pane"], "demo>")
     agent = pane_process(mux, rec["pane"])
     asleep = mux.ok("sleep", rec["id"], "--json")
     assert asleep["state"] == "asleep" and not alive(*agent)
     stub_pane = row(mux, rec["id"])["pane"]
+    # the same pane, where the backend keeps dead panes (herdr does not: the stub gets a new one)
+    keeps = mux.pane_backend().keeps_dead_panes
+    if keeps:
+        assert stub_pane == rec["pane"], "sleep kept the agent's pane"
     mux.wait_screen(stub_pane, "Enter wakes it")
     mux.type(stub_pane, "", enter=True)  # Enter, in the stub's pane
     woke = wait_for(lambda: (lambda r: r if r["state"] == "running" else None)(row(mux, rec["id"])),
                     timeout=20, what="awake")
     mux.wait_screen(woke["pane"], f"resumed conversation {rec['conversation_id']}")
+    if keeps:
+        assert woke["pane"] == rec["pane"], "the wake came back in the agent's pane"
     assert woke["conversation_id"] == rec["conversation_id"]
     mux.ok("sleep", rec["id"])
     mux.ok("wake", rec["id"])

@@ -316,3 +316,77 @@ def test_rm_refuses_while_a_process_of_the_record_is_left_and_removes_nothing(mu
     finally:
         if left.poll() is None:
             left.kill()
+
+
+def _commit_in_repo(repo, message):
+    """A commit on top of main made without touching any checkout (``git commit-tree``)."""
+    return git(repo, "commit-tree", "-p", "main", "-m", message, git(repo, "rev-parse", "main^{tree}"))
+
+
+@pytest.mark.parametrize("reflog", ["reset", "worktree HEAD", "branch"])
+def test_rm_refuses_a_worktree_whose_commit_only_a_reflog_names(mux, repo, tmp_path, reflog):
+    """A commit made in the worktree and then reset away (`git reset --hard HEAD~1`) has no name
+    left but the worktree HEAD's reflog and the branch's; the branch, back at its base, would be
+    deleted and the worktree removed, reflogs and all. Refused (nothing removed), with how to keep it."""
+    rec = launched(mux, repo)
+    mux.ok("stop", rec["id"])
+    path = tmp_path / "proj-feat"
+    if reflog != "branch":
+        if reflog == "worktree HEAD":  # committed on a detached HEAD, then back on the branch
+            git(path, "checkout", "-q", "--detach")
+        (path / "work.txt").write_text("an afternoon's work\n")
+        git(path, "add", "work.txt")
+        git(path, "commit", "-q", "-m", "work")
+        sha = git(path, "rev-parse", "HEAD")
+        if reflog == "reset":  # both reflogs name it
+            git(path, "reset", "-q", "--hard", "HEAD~1")
+        else:  # only the worktree HEAD's
+            git(path, "checkout", "-q", "feat")
+            assert sha not in git(repo, "log", "-g", "--format=%H", "feat")
+    else:  # moved there and back from the main checkout: only the branch's reflog names it
+        sha = _commit_in_repo(repo, "work")
+        git(repo, "update-ref", "-m", "there", "refs/heads/feat", sha)
+        git(repo, "update-ref", "-m", "back", "refs/heads/feat", rec["worktree"]["base"])
+        assert sha not in git(path, "log", "-g", "--format=%H", "HEAD")
+    assert git(repo, "rev-parse", "feat") == rec["worktree"]["base"] and not git(path, "status", "--porcelain")
+    r = mux.run("rm", rec["id"])
+    one_line_error(r, 4, str(path), sha[:12], f"git -C {repo} branch keep {sha}", "nothing was removed")
+    assert path.is_dir() and "feat" in branches(repo) and str(path) in worktrees(repo)
+    assert [x["id"] for x in mux.ok("ls", "--all", "--json")] == [rec["id"]]
+    git(repo, "branch", "keep", sha)  # as the message says: rm goes ahead, and the commit keeps its name
+    assert mux.run("rm", rec["id"]).rc == 0
+    assert not path.exists() and "feat" not in branches(repo) and git(repo, "rev-parse", "keep") == sha
+
+
+@pytest.mark.parametrize("ignored", [True, False])
+def test_rm_refuses_a_worktree_that_holds_another_repository(mux, repo, tmp_path, ignored):
+    """A repository inside the worktree (a clone the agent made; ignored by the worktree's git or
+    committed as a gitlink, so `git status` is clean) has a history of its own that removing the
+    folder would take. Refused (nothing removed) until it is moved out, or with --force."""
+    rec = launched(mux, repo)
+    mux.ok("stop", rec["id"])
+    path = tmp_path / "proj-feat"
+    inner = path / "vendor" / "lib"
+    inner.mkdir(parents=True)
+    git(tmp_path, "init", "-q", "-b", "main", str(inner))
+    (inner / "x.py").write_text("x = 1\n")
+    git(inner, "add", "x.py")
+    git(inner, "commit", "-q", "-m", "the only copy")
+    if ignored:
+        (path / ".gitignore").write_text("vendor/\n")
+        git(path, "add", ".gitignore")
+    else:
+        git(path, "add", "vendor/lib")  # a gitlink: the inner repository's commit, not its history
+    git(path, "commit", "-q", "-m", "vendor")
+    assert not git(path, "status", "--porcelain")
+    r = mux.run("rm", rec["id"])
+    one_line_error(r, 4, str(path), str(inner), "move it out", "nothing was removed")
+    assert git(inner, "log", "--format=%s") == "the only copy"
+    assert str(path) in worktrees(repo) and [x["id"] for x in mux.ok("ls", "--all", "--json")] == [rec["id"]]
+    shutil.move(str(inner), str(tmp_path / "lib"))  # moved out: rm goes ahead
+    if not ignored:
+        git(path, "rm", "-q", "--cached", "vendor/lib")
+        git(path, "commit", "-q", "-m", "no vendor")
+    r = mux.run("rm", rec["id"])
+    assert r.rc == 0, r.err
+    assert not path.exists() and git(tmp_path / "lib", "log", "--format=%s") == "the only copy"
