@@ -4,61 +4,200 @@ SQLite compaction (now :func:`muxhost.kit.sqlite.compact`; JSONL matching on top
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+import re
+import secrets
 import shutil
+import stat
+import time
 from pathlib import Path
 from typing import Callable
 
 
-def _lock(f, timeout: float) -> None:
+def _lock(f, timeout: float, name=None) -> None:
     """An exclusive flock on the open file, waiting up to ``timeout`` seconds."""
     from muxhost.kit.flock import wait_lock
 
     if not wait_lock(f.fileno(), timeout):
-        raise OSError(f"{f.name} stayed locked by another process for {timeout:.0f}s; left as it was")
+        raise OSError(f"{name or f.name} stayed locked by another process for {timeout:.0f}s; left as it was")
+
+
+#: what muxhost names the copy of a shared file it keeps while it rewrites it: ``.<name>.<8 chars>.muxhost-backup``
+BACKUP_SUFFIX = ".muxhost-backup"
+_HEAD = b"muxhost-backup 1 "  # then: <old length> <old sha256> <new length> <new sha256>, a newline, the old bytes
+
+
+def _step(name: str) -> None:
+    """Test hook: ``MUXHOST_TEST_REWRITE_PAUSE=<step>`` makes a rewrite stop at that step (for a kill -9)."""
+    if os.environ.get("MUXHOST_TEST_REWRITE_PAUSE") == name:
+        os.write(1, f"paused {name}\n".encode())
+        time.sleep(600)
+
+
+def backups(folder: str | os.PathLike, name: str) -> list[str]:
+    """The names of the backups muxhost left beside the file ``name`` in ``folder`` (a rewrite that
+    was interrupted: :func:`rewrite` restores or removes them the next time it runs on the file)."""
+    pattern = re.compile(re.escape(f".{name}.") + r"[0-9a-z_]{8}" + re.escape(BACKUP_SUFFIX))
+    try:
+        return sorted(n for n in os.listdir(folder) if pattern.fullmatch(n))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def open_dir(path: str | os.PathLike, expect: tuple | None = None) -> int:
+    """A descriptor of the folder ``path``; with ``expect`` (its ``(st_dev, st_ino)`` when a plan
+    was checked), OSError unless it is still that folder: a path is resolved once, when checked."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    if expect is not None:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != tuple(expect):
+            os.close(fd)
+            raise OSError(f"{path} is no longer the folder that was checked (something was moved or linked "
+                          "in its place); left as it was")
+    return fd
+
+
+def remove_in(folder: str, name: str, expect: tuple | None = None, *, tree: bool = False) -> None:
+    """Remove ``name`` from the folder ``folder`` (which must be the folder ``expect`` names): the
+    entry itself, relative to that folder's descriptor, no symlink followed. Without ``tree`` only
+    a file or a link (a folder raises); with it, a folder's tree too."""
+    dfd = open_dir(folder, expect)
+    try:
+        if tree and stat.S_ISDIR(os.lstat(name, dir_fd=dfd).st_mode):
+            try:
+                shutil.rmtree(name, dir_fd=dfd)
+            except TypeError:  # Python 3.10: no dir_fd (rmtree itself never follows a symlink)
+                shutil.rmtree(os.path.join(folder, name))
+        else:
+            os.unlink(name, dir_fd=dfd)
+    finally:
+        os.close(dfd)
+
+
+def _sha(data: bytes) -> bytes:
+    return hashlib.sha256(data).hexdigest().encode()
+
+
+def _pwrite_all(fd: int, data: bytes) -> None:
+    done = 0
+    while done < len(data):
+        done += os.pwrite(fd, data[done:], done)
+
+
+def _put(fd: int, data: bytes, length: int | None = None) -> None:
+    """``data`` in place of the file's bytes: ONE write of ``data`` padded with newlines to the old
+    length (so a kill at any point leaves the old bytes or the new ones, the padding being blank
+    lines / JSON whitespace), then the file cut to its new length, then fsync."""
+    pad = max(0, (os.fstat(fd).st_size if length is None else length) - len(data))
+    _pwrite_all(fd, data + b"\n" * pad)
+    _step("written")
+    os.ftruncate(fd, len(data))
+    os.fsync(fd)
+
+
+def _recover(fd: int, dfd: int, name: str, folder: str) -> None:
+    """Under the file's lock: each backup an interrupted rewrite left beside it goes, after the
+    file is put right: the original back when the new bytes never landed whole, the cut made
+    when they did; a file that still begins with its original bytes (nothing was written yet, an
+    agent may have appended since) is left as it is. A backup from before its header existed
+    cannot say what was written: it only goes."""
+    for b in backups(folder, name):
+        try:
+            bfd = os.open(b, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dfd)
+        except FileNotFoundError:
+            continue
+        with os.fdopen(bfd, "rb") as bf:
+            data = bf.read()
+        head, _, old = data.partition(b"\n")
+        fields = head[len(_HEAD):].split() if head.startswith(_HEAD) else []
+        if len(fields) == 4 and fields[0] == str(len(old)).encode() and fields[1] == _sha(old):
+            new_len, new_sha = int(fields[2]), fields[3]
+            current = os.pread(fd, max(os.fstat(fd).st_size, 1), 0)
+            if current.startswith(old):
+                pass  # the new bytes were never written
+            elif len(current) >= new_len and _sha(current[:new_len]) == new_sha:
+                rest = current[new_len:]  # an agent's appends since, or the padding and old bytes not cut yet
+                if len(current) == max(len(old), new_len) and old.endswith(rest.lstrip(b"\n")):
+                    os.ftruncate(fd, new_len)  # it finished but for the cut
+                    os.fsync(fd)
+            else:
+                _put(fd, old, len(current))  # torn: the original back
+        # (a backup whose header does not check was not whole yet: the file was not touched)
+        os.unlink(b, dir_fd=dfd)
+        os.fsync(dfd)
 
 
 def rewrite(path: str | os.PathLike, transform: Callable[[bytes], bytes], attempts: int = 5,
-            lock_timeout: float = 10.0) -> bool:
+            lock_timeout: float = 10.0, *, checked: tuple | None = None) -> bool:
     """Rewrite a file shared with running agents through ``transform``, keeping every write of theirs.
 
     The file is rewritten IN PLACE (a symlink stays a symlink, and a writer holding it open in append
     mode keeps writing into the live file, not into an unlinked copy, as a rename would make it), under
     an exclusive ``flock`` on the file itself (what agents that lock their shared files take). A writer
-    that does not lock and appends meanwhile makes us start again from the new content. A copy of the
-    original is kept beside it until the new content is on disk, so a crash midway loses nothing.
-    Returns True when the file changed."""
-    path = Path(path)
+    that does not lock and appends meanwhile makes us start again from the new content.
+
+    Crash-safe: the original is first copied beside it (``.<name>.<rand>.muxhost-backup``, with a
+    header naming the new content's length and hash, fsynced), then the new bytes go in with ONE
+    write (padded with newlines to the old length, then cut), then the copy goes. A kill at any
+    point leaves the old bytes or the new ones; a backup left behind is restored or removed the
+    next time a rewrite of the file runs (:func:`backups` finds them for a plan).
+
+    ``checked``: ``path`` is the path a plan checked (its folder's symlinks resolved) and this is its
+    folder's ``(st_dev, st_ino)``: the file is opened in that folder, never through a symlink, and
+    refused when it has other hard links (they would change too). Returns True when the file changed."""
+    real = os.fspath(path) if checked is not None else os.path.realpath(path)  # backups sit beside the target
+    folder, name = os.path.split(real)
     try:
-        f = open(path, "r+b")
+        dfd = open_dir(folder, checked)
     except FileNotFoundError:
         return False
-    with f:
-        _lock(f, lock_timeout)
-        for _ in range(attempts):
-            f.seek(0)
-            before = f.read()
-            after = transform(before)
-            if after == before:
-                return False
-            if os.fstat(f.fileno()).st_size != len(before):
-                continue  # someone appended meanwhile: redo from the new content
-            import tempfile
-
-            fd, backup = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".muxhost-backup", dir=path.parent)
-            try:
-                with os.fdopen(fd, "wb") as b:
+    try:
+        try:
+            fd = os.open(name, os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | (os.O_NOFOLLOW if checked else 0),
+                         dir_fd=dfd)
+        except FileNotFoundError:
+            for b in backups(folder, name):  # the file is gone: nothing to restore into
+                os.unlink(b, dir_fd=dfd)
+            return False
+        with os.fdopen(fd, "r+b") as f:
+            _lock(f, lock_timeout, path)
+            links = os.fstat(fd).st_nlink
+            if checked is not None and links > 1:
+                raise OSError(f"{path} has {links - 1} other hard link{'s' if links > 2 else ''}; left as it was")
+            _recover(fd, dfd, name, folder)
+            for _ in range(attempts):
+                f.seek(0)
+                before = f.read()
+                after = transform(before)
+                if after == before:
+                    return False
+                if os.fstat(fd).st_size != len(before):
+                    continue  # someone appended meanwhile: redo from the new content
+                backup = f".{name}.{secrets.token_hex(4)}{BACKUP_SUFFIX}"
+                bfd = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                              | getattr(os, "O_CLOEXEC", 0), 0o600, dir_fd=dfd)
+                _step("backup-created")
+                with os.fdopen(bfd, "wb") as b:
+                    b.write(b"%s%d %s %d %s\n" % (_HEAD, len(before), _sha(before), len(after), _sha(after)))
                     b.write(before)
                     b.flush()
                     os.fsync(b.fileno())
-                f.seek(0)
-                f.write(after)
-                f.truncate()
-                f.flush()
-                os.fsync(f.fileno())
-            finally:
-                os.unlink(backup)
-            return True
+                os.fsync(dfd)
+                _step("backup-written")
+                try:
+                    _put(fd, after, len(before))
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        _put(fd, before, len(after))  # the original back; else the backup is the way back
+                        os.unlink(backup, dir_fd=dfd)
+                    raise
+                _step("truncated")
+                os.unlink(backup, dir_fd=dfd)
+                return True
+    finally:
+        os.close(dfd)
     raise OSError(f"{path} kept changing while it was rewritten; left as it was")
 
 

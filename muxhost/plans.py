@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import sqlite3
+import stat
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -73,48 +74,156 @@ def build(agent, ctx, members: list[str], results: dict[str, list[Artifact]]) ->
     for member in members:
         for art in results.get(member, []):
             conv = art.conversation or member
-            check(art, roots, ctx)
-            for item in _present(art, conv, ctx):
+            places = check(art, roots, ctx)
+            found = _present(art, conv, ctx, places)
+            if isinstance(art, (Lines, JsonMember, Rows)) and found:
+                _refuse_links(places["path"], ctx, isinstance(art, Rows))
+            if isinstance(art, (Lines, JsonMember)):
+                found += _backups(art, places["path"], conv, ctx)
+            for item in found:
                 if item.key in seen:
                     continue
                 seen.add(item.key)
+                item.extra.update(places)
                 if conv != root_id:
                     item.label += f" [child conversation {conv}]"
                 items.append(item)
-    return items
+    return _hard_links(items, ctx)
+
+
+def locate(path, *, target: bool) -> str:
+    """Where the kernel takes ``path`` to: every symlink resolved before the ``..`` after it (never
+    collapsed as text first). ``target``: the whole path (what is opened, read or rewritten);
+    else the entry itself in its folder's real path (what is removed: a symlink, not what it
+    points at)."""
+    p = os.fspath(path)
+    p = p if os.path.isabs(p) else os.path.join(os.getcwd(), p)
+    if target:
+        return os.path.realpath(p)
+    head, name = os.path.split(p.rstrip(os.sep) or os.sep)
+    if name in ("", ".", ".."):
+        return os.path.realpath(p)
+    return os.path.join(os.path.realpath(head), name)
+
+
+def _folder_id(path: str) -> tuple | None:
+    """``(st_dev, st_ino)`` of the folder ``path`` is in, as checked (None when it is not there)."""
+    try:
+        st = os.stat(os.path.dirname(path))
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _shown(path, checked: str, target: bool) -> str:
+    """The path a label shows: as the plan spelled it (normalised) when that is where the kernel
+    goes, else the place the kernel really goes to (``link/../x`` is not ``x``)."""
+    plain = os.path.normpath(os.path.abspath(os.fspath(path)))
+    return plain if locate(plain, target=target) == checked else checked
+
+
+def _links(st: os.stat_result) -> str:
+    n = st.st_nlink - 1
+    return f"{n} other hard link{'s' if n != 1 else ''}"
+
+
+def _refuse_links(path: str, ctx, database: bool) -> None:
+    """A shared file (or a database and its journal) rewritten in place with other hard links
+    would change every copy: refused before anything runs."""
+    for p in (path, f"{path}-wal", f"{path}-journal") if database else (path,):
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        if st.st_nlink > 1:
+            raise PlanError(f"refused: {_where(p, ctx)} has {_links(st)}: changing it in place would change "
+                            "them too; nothing was removed")
+
+
+def _backups(art: Artifact, path: str, conv: str, ctx) -> list[Item]:
+    """muxhost's own leftovers beside a shared file: the backups of an interrupted rewrite (they
+    hold the original, the purged text too). Carrying out the plan restores or removes them, then
+    rewrites the file for ``art`` (what was restored may hold it again)."""
+    folder, name = os.path.split(path)
+    out = []
+    for b in fsutil.backups(folder, name):
+        full = os.path.join(folder, b)
+        out.append(Item(File(full, conv), conv, f"{_where(full, ctx)} (muxhost's backup from an interrupted rewrite)",
+                        ("backup", full), extra={"backup_of": path, "art": art}))
+    return out
+
+
+def _hard_links(items: list[Item], ctx) -> list[Item]:
+    """A File (or a file in a Dir) with more links than the plan names keeps its bytes on disk when
+    the plan's names go: it is a Leftover (kept, the purge incomplete), never called removed."""
+    def files(item):
+        p = item.extra["path"]
+        if isinstance(item.artifact, File):
+            yield p
+        elif os.path.isdir(p) and not os.path.islink(p):
+            for top, _dirs, names in os.walk(p):
+                yield from (os.path.join(top, n) for n in names)
+
+    found: dict[int, list[tuple[tuple, os.stat_result]]] = {}
+    named: dict[tuple, set[str]] = {}
+    for i, item in enumerate(items):
+        if not isinstance(item.artifact, (File, Dir)) or "backup_of" in item.extra:
+            continue
+        for f in files(item):
+            try:
+                st = os.lstat(f)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                inode = (st.st_dev, st.st_ino)
+                named.setdefault(inode, set()).add(f)
+                found.setdefault(i, []).append((inode, st))
+    out = []
+    for i, item in enumerate(items):
+        extra = sum(st.st_nlink - len(named[inode]) for inode, st in found.get(i, []) if st.st_nlink > len(named[inode]))
+        if extra:
+            path, conv = item.extra["path"], item.conversation
+            what = f"{extra} other hard link{'s' if extra != 1 else ''}" + (" of files in it" if isinstance(item.artifact, Dir) else "")
+            label = item.label.split(" [child conversation ")[0]
+            item = Item(Leftover(path, what, conv), conv, item.label.replace(label, f"{label} ({what})", 1),
+                        ("leftover", path, what, conv))
+        out.append(item)
+    return out
 
 
 def _inside(path: str, roots: list[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
 
 
-def _beside(lock, path) -> bool:
-    """True for ``<target>.lock``, the lock named for the file it guards (proper-lockfile's, of the
-    file's realpath): it goes with the file, which may be a root itself (``~/.claude.json``)."""
-    return os.path.abspath(os.fspath(lock)) == os.path.realpath(path) + ".lock"
-
-
 def _where(path, ctx) -> str:
     return ctx.expand(path)
 
 
-def check(art: Artifact, roots: list[str], ctx) -> None:
+def check(art: Artifact, roots: list[str], ctx) -> dict:
     """The rules every plan keeps, whatever the plugin: paths inside the roots (the place a file is
-    removed from, after symlinks; the target of what is rewritten), never a whole root removed, plain
-    SQL identifiers, and artifacts whole enough to carry out (a key path, an argv)."""
-    def own(path, *, target: bool) -> None:
-        p = os.path.abspath(os.fspath(path))
-        real = os.path.realpath(p) if target else os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p))
+    removed from, after symlinks; the target of what is rewritten), each judged as the kernel
+    resolves it (:func:`locate`), never a whole root removed, plain SQL identifiers, and artifacts
+    whole enough to carry out (a key path, an argv). Returns the places checked (``path``, ``lock``:
+    the resolved path; ``folder``, ``lock_folder``: the identity of its folder), which carrying out
+    the plan then touches, never resolving the plugin's path again."""
+    places: dict = {}
+
+    def own(path, *, target: bool, key: str = "path") -> str:
+        real = locate(path, target=target)
+        p = _shown(path, real, target)
+        places[key] = real
+        places["folder" if key == "path" else "lock_folder"] = _folder_id(real)
         if not target and real in roots:  # a File or Dir is never a whole root
             raise PlanError(f"refused: the plan removes {_where(p, ctx)}, one of the agent's folders itself; "
                             "nothing was removed")
         if not _inside(real, roots):
             raise PlanError(f"refused: the plan names {_where(p, ctx)}, which is outside the agent's folders "
                             f"({', '.join(_where(r, ctx) for r in roots)}); nothing was removed")
+        return real
 
     if isinstance(art, (File, Dir)):
-        own(art.path, target=False)
-        if isinstance(art, File) and os.path.isdir(art.path) and not os.path.islink(art.path):
+        real = own(art.path, target=False)
+        if isinstance(art, File) and os.path.isdir(real) and not os.path.islink(real):
             raise PlanError(f"refused: the plan names the folder {_where(art.path, ctx)} as a file; nothing was removed")
     elif isinstance(art, Rows):
         own(art.db, target=True)
@@ -122,10 +231,14 @@ def check(art: Artifact, roots: list[str], ctx) -> None:
             if not isinstance(name, str) or not IDENT.fullmatch(name):
                 raise PlanError(f"refused: {name!r} is not a plain SQL name; nothing was removed")
     elif isinstance(art, (Lines, JsonMember)):
-        own(art.path, target=True)
+        real = own(art.path, target=True)
         if art.lock is not None:
-            if not _beside(art.lock.path, art.path):  # <file>.lock is checked as its file is
-                own(art.lock.path, target=False)
+            flock = isinstance(art.lock, FlockFile)  # flock opens it (following a link); mkdir makes the entry
+            lock = locate(art.lock.path, target=flock)
+            if lock == real + ".lock":  # <file>.lock is checked as its file is
+                places["lock"], places["lock_folder"] = lock, _folder_id(lock)
+            else:
+                own(art.lock.path, target=flock, key="lock")
             if isinstance(art.lock, MkdirLock) and not os.fspath(art.lock.path).endswith(".lock"):
                 raise PlanError(f"refused: a MkdirLock is the folder <file>.lock, not {art.lock.path}")
         if isinstance(art, Lines) and art.key is None and art.contains is None:
@@ -138,14 +251,15 @@ def check(art: Artifact, roots: list[str], ctx) -> None:
                 or not all(isinstance(x, str) for kv in art.env for x in kv):
             raise PlanError(f"refused: a Command needs an argv of strings (and string env), not {art.argv!r}; "
                             "nothing was removed")
+    return places
 
 
-def _count_rows(art: Rows) -> int:
+def _count_rows(art: Rows, db=None) -> int:
     """Rows of the artifact there now (read-only, creating no file: a dry run changes nothing)."""
     from muxhost.kit import sqlite as ksql
 
     try:
-        return sum(ksql.counts(art.db, art.table, art.column, list(art.all_values()), timeout=SQL_TIMEOUT).values())
+        return sum(ksql.counts(db or art.db, art.table, art.column, list(art.all_values()), timeout=SQL_TIMEOUT).values())
     except FileNotFoundError:
         return 0
 
@@ -186,9 +300,9 @@ def split_lines(data: bytes) -> list[bytes]:
     return lines if lines[-1] else lines[:-1]
 
 
-def _count_lines(art: Lines) -> int:
+def _count_lines(art: Lines, path=None) -> int:
     match = line_matcher(art)
-    with open(art.path, "rb") as f:
+    with open(path or art.path, "rb") as f:
         return sum(1 for line in f if match(line.rstrip(b"\r\n")))
 
 
@@ -207,57 +321,63 @@ def _keypath(keys: tuple[str, ...]) -> str:
     return "".join(f".{k}" if IDENT.fullmatch(k) else f"[{json.dumps(k)}]" for k in keys).lstrip(".")
 
 
-def _present(art: Artifact, conv: str, ctx) -> list[Item]:
-    """The item when it is there now ([] when not); what cannot be read becomes a Leftover item."""
+def _present(art: Artifact, conv: str, ctx, places: dict | None = None) -> list[Item]:
+    """The item when it is there now ([] when not); what cannot be read becomes a Leftover item.
+    ``places``: what :func:`check` resolved (labels show where the kernel goes)."""
     def unreadable(path, why) -> list[Item]:
         return [Item(Leftover(path, why, conv), conv, f"{_where(path, ctx)} (could not be read: {why})",
                      ("leftover", os.path.abspath(path), why, conv))]
 
+    places = places or {}
+    target = isinstance(art, (Rows, Lines, JsonMember))
+    given = getattr(art, "db" if isinstance(art, Rows) else "path", None)
+    real = places.get("path") or (locate(given, target=target) if given is not None else None)
+    shown = _where(_shown(given, real, target), ctx) if real else ""
     if isinstance(art, File):
-        if not os.path.lexists(art.path):
+        if not os.path.lexists(real):
             return []
-        return [Item(art, conv, _where(art.path, ctx), ("file", os.path.abspath(art.path), conv))]
+        return [Item(art, conv, shown, ("file", real, conv))]
     if isinstance(art, Dir):
-        if not os.path.lexists(art.path):
+        if not os.path.lexists(real):
             return []
-        return [Item(art, conv, _where(art.path, ctx) + "/", ("dir", os.path.abspath(art.path), conv))]
+        return [Item(art, conv, shown + "/", ("dir", real, conv))]
     if isinstance(art, Rows):
         from muxhost.kit.sqlite import DatabaseError
 
         try:
-            n = _count_rows(art)
+            n = _count_rows(art, real)
         except (sqlite3.Error, DatabaseError) as e:
-            return unreadable(art.db, str(e))
+            return unreadable(real, str(e))
         if not n:
             return []
         vals = art.all_values()
         what = f"{art.table}:{vals[0]}" if len(vals) == 1 else f"{art.table}:{art.column} in {len(vals)} ids"
-        label = f"{what} ({n} row{'s' if n != 1 else ''} in {_where(art.db, ctx)})"
-        return [Item(art, conv, label, ("rows", os.path.abspath(art.db), art.table, art.column, vals, conv), n)]
+        label = f"{what} ({n} row{'s' if n != 1 else ''} in {shown})"
+        return [Item(art, conv, label, ("rows", real, art.table, art.column, vals, conv), n)]
     if isinstance(art, Lines):
-        if not os.path.exists(art.path):
+        if not os.path.exists(real):
             return []
         try:
-            n = _count_lines(art)
+            n = _count_lines(art, real)
         except OSError as e:
-            return unreadable(art.path, e.strerror or str(e))
+            return unreadable(real, e.strerror or str(e))
         if not n:
             return []
-        key = ("lines", os.path.abspath(art.path), art.key, art.value, tuple(sorted(map(str, art.values))),
+        key = ("lines", real, art.key, art.value, tuple(sorted(map(str, art.values))),
                art.contains, conv)
-        return [Item(art, conv, f"{_where(art.path, ctx)}: {n} line{'s' if n != 1 else ''}", key, n)]
+        return [Item(art, conv, f"{shown}: {n} line{'s' if n != 1 else ''}", key, n)]
     if isinstance(art, JsonMember):
-        if not os.path.exists(art.path):
+        if not os.path.exists(real):
             return []
         try:
-            obj = json.loads(Path(art.path).read_bytes())
+            obj = json.loads(Path(real).read_bytes())
         except (OSError, ValueError) as e:
-            return unreadable(art.path, getattr(e, "strerror", None) or str(e))
+            return unreadable(real, getattr(e, "strerror", None) or str(e))
         value = _member(obj, tuple(art.keys))
         if value is _MISSING or (art.equals is not None and value != art.equals):
             return []
-        return [Item(art, conv, f"{_where(art.path, ctx)}: {_keypath(tuple(art.keys))}",
-                     ("json", os.path.abspath(art.path), tuple(art.keys), conv))]
+        return [Item(art, conv, f"{shown}: {_keypath(tuple(art.keys))}",
+                     ("json", real, tuple(art.keys), conv))]
     if isinstance(art, Command):
         return [Item(art, conv, f"run: {shlex.join(art.argv)}", ("command", art.argv, conv))]
     if isinstance(art, Leftover):
@@ -276,25 +396,29 @@ def carry_out(items: list[Item], ctx, notes: list[str]) -> list[str]:
         if isinstance(item.artifact, Command) and _run(item.artifact, ctx, notes):
             ran.append(item.label.replace("run: ", "ran: ", 1))
     by_db: dict[str, list[Rows]] = {}
+    folders: dict[str, tuple | None] = {}
     for item in items:
         if isinstance(item.artifact, Rows):
-            by_db.setdefault(os.path.realpath(item.artifact.db), []).append(item.artifact)
+            by_db.setdefault(_place(item), []).append(item.artifact)
+            folders[_place(item)] = item.extra.get("folder")
     for db, rows in by_db.items():
-        _delete_rows(db, rows, ctx, notes)
+        _delete_rows(db, rows, ctx, notes, folders[db])
     shared: dict[str, list[Item]] = {}
     for item in items:
-        if isinstance(item.artifact, (Lines, JsonMember)):
-            shared.setdefault(os.path.realpath(item.artifact.path), []).append(item)
-    for path, group in shared.items():
-        _rewrite(path, [i.artifact for i in group], ctx, notes)
+        if isinstance(item.artifact, (Lines, JsonMember)) or "backup_of" in item.extra:
+            shared.setdefault(item.extra.get("backup_of") or _place(item), []).append(item)
+    for path, group in shared.items():  # (an interrupted rewrite's backups are restored or removed there)
+        arts = {id(a): (a, i.extra) for i in group for a in [i.extra.get("art", i.artifact)]}.values()
+        _rewrite(path, [a for a, _ in arts], ctx, notes, [group[0].extra, *(where for _, where in arts)])
     for kind in (File, Dir):
         for item in items:
-            if isinstance(item.artifact, kind):
+            if isinstance(item.artifact, kind) and "backup_of" not in item.extra:
                 try:
-                    if kind is File:
-                        os.unlink(item.artifact.path)  # a file or a link; never a folder, even one made since
-                    else:
-                        fsutil.remove(item.artifact.path)
+                    # the entry checked, in the folder checked: a file or a link, never a folder
+                    # (even one made since) unless it is a Dir; no symlink followed on the way
+                    path = _place(item)
+                    fsutil.remove_in(os.path.dirname(path), os.path.basename(path), item.extra.get("folder"),
+                                     tree=kind is Dir)
                 except FileNotFoundError:
                     pass  # gone already (the agent's own command removed it)
                 except OSError as e:
@@ -322,13 +446,29 @@ def _run(cmd: Command, ctx, notes: list[str]) -> bool:
     return result.ok
 
 
-def _delete_rows(db: str, rows: list[Rows], ctx, notes: list[str]) -> None:
+def _place(item: Item) -> str:
+    """The path :func:`check` resolved for the item (an item built elsewhere: resolved now)."""
+    art = item.artifact
+    return item.extra.get("path") or locate(art.db if isinstance(art, Rows) else art.path,
+                                            target=isinstance(art, (Rows, Lines, JsonMember)))
+
+
+def _delete_rows(db: str, rows: list[Rows], ctx, notes: list[str], folder: tuple | None = None) -> None:
     """One write transaction for the database (:func:`muxhost.kit.sqlite.delete_rows`), then
-    checkpoint + VACUUM so the deleted text is gone from the file's bytes too."""
+    checkpoint + VACUUM so the deleted text is gone from the file's bytes too. ``db`` is the path
+    checked, in the folder ``folder``: SQLite opens a path, so it is the same folder and no symlink
+    just before (the rest of that window is SQLite's)."""
     from muxhost.kit import sqlite as ksql
 
     if not os.path.exists(db):
         return  # gone already (the agent's own command removed it): never make an empty one
+    try:
+        os.close(fsutil.open_dir(os.path.dirname(db), folder))
+        if os.path.islink(db):
+            raise OSError(f"{db} is a symlink now; left as it was")
+    except OSError as e:
+        notes.append(f"could not delete rows from {_where(db, ctx)}: {e.strerror or e}")
+        return
     try:
         ksql.delete_rows(db, [(r.table, r.column, list(r.all_values())) for r in rows], timeout=SQL_TIMEOUT)
     except ksql.DatabaseError as e:
@@ -340,28 +480,51 @@ def _delete_rows(db: str, rows: list[Rows], ctx, notes: list[str]) -> None:
 
 
 @contextlib.contextmanager
-def _held(lock, timeout: float) -> Iterator[None]:
-    """The agent's own lock of a shared file, when the artifact names one."""
+def _held(lock, timeout: float, path: str | None = None, folder: tuple | None = None) -> Iterator[None]:
+    """The agent's own lock of a shared file, when the artifact names one (``path``: where
+    :func:`check` resolved it, in the folder ``folder``)."""
     from muxhost.kit import flock as kflock
 
+    path = path or os.fspath(lock.path) if lock is not None else None
     if lock is None:
         yield
     elif isinstance(lock, FlockFile):
-        with kflock.flock(lock.path, timeout, create=False):  # the agent's lock file is not ours to make
+        try:  # the agent's lock file is not ours to make; the one checked, never through a symlink
+            dfd = fsutil.open_dir(os.path.dirname(path), folder)
+        except FileNotFoundError:
             yield
+            return
+        try:
+            fd = os.open(os.path.basename(path), os.O_RDWR | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dfd)
+        except FileNotFoundError:
+            fd = None
+        finally:
+            os.close(dfd)
+        if fd is None:
+            yield
+            return
+        try:
+            if not kflock.wait_lock(fd, timeout):
+                raise kflock.LockTimeout(path)
+            yield
+        finally:
+            os.close(fd)
     elif isinstance(lock, MkdirLock):
-        with kflock.dirlock(os.fspath(lock.path)[: -len(".lock")], timeout, stale=lock.stale):
+        with kflock.dirlock(path[: -len(".lock")], timeout, stale=lock.stale):
             yield
     else:
         raise MuxhostError(f"unknown lock {lock!r}")
 
 
-def _rewrite(path: str, arts: list, ctx, notes: list[str]) -> None:
-    """Every Lines / JsonMember of one shared file in one in-place rewrite under its locks."""
+def _rewrite(path: str, arts: list, ctx, notes: list[str], places: list[dict] | None = None) -> None:
+    """Every Lines / JsonMember of one shared file in one in-place rewrite under its locks.
+    ``places``: what :func:`check` resolved, for the file, then for each of ``arts``."""
     lines = [a for a in arts if isinstance(a, Lines)]
     members = [a for a in arts if isinstance(a, JsonMember)]
     matchers = [line_matcher(a) for a in lines]
-    locks = list({id(a.lock): a.lock for a in arts if a.lock is not None}.values())
+    places = places or [{}] * (len(arts) + 1)
+    locks = list({id(a.lock): (a.lock, where.get("lock"), where.get("lock_folder"))
+                  for a, where in zip(arts, places[1:]) if a.lock is not None}.values())
 
     def transform(data: bytes) -> bytes:
         if matchers:
@@ -371,12 +534,13 @@ def _rewrite(path: str, arts: list, ctx, notes: list[str]) -> None:
             data = drop_member(data, tuple(m.keys), m.equals)
         return data
 
-    target = os.path.realpath(path)  # a symlinked file stays a symlink; its target is rewritten
+    # a symlinked file stays a symlink; its target (as checked) is rewritten, in the folder checked
+    folder = places[0].get("folder") or _folder_id(path)
     try:
         with contextlib.ExitStack() as stack:
-            for lock in locks:
-                stack.enter_context(_held(lock, LOCK_TIMEOUT))
-            fsutil.rewrite(target, transform, lock_timeout=LOCK_TIMEOUT)
+            for lock, where, lock_folder in locks:
+                stack.enter_context(_held(lock, LOCK_TIMEOUT, where, lock_folder))
+            fsutil.rewrite(path, transform, lock_timeout=LOCK_TIMEOUT, checked=folder)
     except (OSError, ValueError) as e:
         notes.append(f"could not rewrite {_where(path, ctx)}: {e}")
 

@@ -192,6 +192,12 @@ def _listdir(folder: Path) -> list[Path]:
         return []
 
 
+def _last_session(ref: tuple) -> bool:
+    """True for ``projects[<dir>].lastSessionId``, the one mention of a conversation in the global
+    config (and its backups) a purge removes."""
+    return len(ref) == 3 and ref[0] == "projects" and ref[2] == "lastSessionId" and isinstance(ref[1], str)
+
+
 def _json_refs(obj: Any, cid: str, path: tuple = ()) -> list[tuple]:
     """The key paths of every value equal to ``cid``."""
     if isinstance(obj, dict):
@@ -498,15 +504,21 @@ class ClaudeAgent(muxhost.Agent):
             out.append(Leftover(gc, f"could not be read: {why}"))
         lock = MkdirLock(os.path.realpath(gc) + ".lock")
         for ref in _json_refs(doc, cid):
-            if len(ref) == 3 and ref[0] == "projects" and ref[2] == "lastSessionId" and isinstance(ref[1], str):
+            if _last_session(ref):
                 out.append(JsonMember(gc, ref, equals=cid, lock=lock))
             else:  # another mention: reported, never guessed at
                 out.append(Leftover(gc, "".join(f"[{json.dumps(k)}]" for k in ref) + " names the conversation"))
-        # backups/ is shared (claude's own copies of the global config): said, never touched
+        # backups/ is shared (claude's own copies of the global config): the same member goes from
+        # each copy (claude writes them whole, without a lock); any other mention is said, never touched
         backups, copies = paths.config_dir / "backups", 0
         for b in _listdir(backups):
             with contextlib.suppress(OSError):
-                copies += b.is_file() and cid.encode() in b.read_bytes()
+                if not (b.is_file() and cid.encode() in b.read_bytes()):
+                    continue
+                copy, why = _read_json(b) if b.name.startswith(".claude.json.backup") else (None, "")
+                refs = _json_refs(copy, cid) if not why else []
+                out += [JsonMember(b, ref, equals=cid) for ref in refs if _last_session(ref)]
+                copies += bool(why) or any(not _last_session(ref) for ref in refs) or not refs
         note = (f"kept {ctx.expand(backups)}/ (shared): {copies} old copies of the global config there still "
                 "name this conversation; claude keeps at most 5 and rotates them out")
         if copies and note not in ctx.notes:  # (artifacts is asked again for the residual)
