@@ -26,7 +26,7 @@ def _lock(f, timeout: float, name=None) -> None:
 
 #: what muxhost names the copy of a shared file it keeps while it rewrites it: ``.<name>.<8 chars>.muxhost-backup``
 BACKUP_SUFFIX = ".muxhost-backup"
-_HEAD = b"muxhost-backup 1 "  # then: <old length> <old sha256> <new length> <new sha256>, a newline, the old bytes
+_HEAD = b"muxhost-backup 2 "  # then: <old length> <old sha256> <new length> <new sha256>, a newline, old, new
 
 
 def _step(name: str) -> None:
@@ -97,12 +97,26 @@ def _put(fd: int, data: bytes, length: int | None = None) -> None:
     os.fsync(fd)
 
 
+def _torn(current: bytes, written: bytes, old: bytes) -> bool:
+    """True when ``current`` is what a write of ``written`` over ``old`` that stopped partway left:
+    ``written[:k]`` then the old bytes from ``k`` on, for some ``k`` short of the whole."""
+    k = 0
+    limit = min(len(current), len(written))
+    while k < limit and current[k] == written[k]:
+        k += 1
+    if k >= len(written):
+        return False
+    return current == written[:k] + old[k:] if k < len(old) else current == written[:k]
+
+
 def _recover(fd: int, dfd: int, name: str, folder: str) -> None:
     """Under the file's lock: each backup an interrupted rewrite left beside it goes, after the
-    file is put right: the original back when the new bytes never landed whole, the cut made
-    when they did; a file that still begins with its original bytes (nothing was written yet, an
-    agent may have appended since) is left as it is. A backup from before its header existed
-    cannot say what was written: it only goes."""
+    file is put right: the original back when the write of the new bytes was torn (the file is
+    exactly part new, part old), the cut made when the write was whole but the cut not made. A
+    file that begins with its original bytes (nothing was written; an agent may have appended
+    since), that holds the new bytes (and an agent's appends), or that is neither (an agent wrote
+    it anew since: never overwritten with an old copy) is left as it is. A backup that is not
+    whole, or has no header, cannot say what was written: it only goes."""
     for b in backups(folder, name):
         try:
             bfd = os.open(b, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dfd)
@@ -110,20 +124,20 @@ def _recover(fd: int, dfd: int, name: str, folder: str) -> None:
             continue
         with os.fdopen(bfd, "rb") as bf:
             data = bf.read()
-        head, _, old = data.partition(b"\n")
+        head, _, body = data.partition(b"\n")
         fields = head[len(_HEAD):].split() if head.startswith(_HEAD) else []
-        if len(fields) == 4 and fields[0] == str(len(old)).encode() and fields[1] == _sha(old):
-            new_len, new_sha = int(fields[2]), fields[3]
-            current = os.pread(fd, max(os.fstat(fd).st_size, 1), 0)
-            if current.startswith(old):
-                pass  # the new bytes were never written
-            elif len(current) >= new_len and _sha(current[:new_len]) == new_sha:
-                rest = current[new_len:]  # an agent's appends since, or the padding and old bytes not cut yet
-                if len(current) == max(len(old), new_len) and old.endswith(rest.lstrip(b"\n")):
-                    os.ftruncate(fd, new_len)  # it finished but for the cut
+        if len(fields) == 4 and fields[0].isdigit() and fields[2].isdigit():
+            old, new = body[:int(fields[0])], body[int(fields[0]):]
+            if (len(old), _sha(old), len(new), _sha(new)) == (int(fields[0]), fields[1], int(fields[2]), fields[3]):
+                current = os.pread(fd, max(os.fstat(fd).st_size, 1), 0)
+                written = new + b"\n" * max(0, len(old) - len(new))  # what _put writes
+                if current.startswith(old):
+                    pass  # the new bytes were never written
+                elif current == written:
+                    os.ftruncate(fd, len(new))  # it finished but for the cut
                     os.fsync(fd)
-            else:
-                _put(fd, old, len(current))  # torn: the original back
+                elif _torn(current, written, old):
+                    _put(fd, old, len(current))  # torn: the original back
         # (a backup whose header does not check was not whole yet: the file was not touched)
         os.unlink(b, dir_fd=dfd)
         os.fsync(dfd)
@@ -139,7 +153,7 @@ def rewrite(path: str | os.PathLike, transform: Callable[[bytes], bytes], attemp
     that does not lock and appends meanwhile makes us start again from the new content.
 
     Crash-safe: the original is first copied beside it (``.<name>.<rand>.muxhost-backup``, with a
-    header naming the new content's length and hash, fsynced), then the new bytes go in with ONE
+    header naming both contents' lengths and hashes, and the new content after it, fsynced), then the new bytes go in with ONE
     write (padded with newlines to the old length, then cut), then the copy goes. A kill at any
     point leaves the old bytes or the new ones; a backup left behind is restored or removed the
     next time a rewrite of the file runs (:func:`backups` finds them for a plan).
@@ -182,6 +196,7 @@ def rewrite(path: str | os.PathLike, transform: Callable[[bytes], bytes], attemp
                 with os.fdopen(bfd, "wb") as b:
                     b.write(b"%s%d %s %d %s\n" % (_HEAD, len(before), _sha(before), len(after), _sha(after)))
                     b.write(before)
+                    b.write(after)  # (the purged content: it says exactly what a torn write looks like)
                     b.flush()
                     os.fsync(b.fileno())
                 os.fsync(dfd)

@@ -288,6 +288,25 @@ def test_a_torn_rewrite_is_put_right_from_its_backup(ctx, data, kind, tear):
     assert (data / name).read_bytes() == new and sorted(p.name for p in data.iterdir()) == [name]
 
 
+@pytest.mark.parametrize("step", ["backup-written", "written"])
+def test_a_file_the_agent_wrote_anew_since_the_crash_is_never_put_back(ctx, data, step):
+    """Killed mid-rewrite, then the agent wrote its file anew (claude rewrites ~/.claude.json whole):
+    the next purge keeps the agent's new content (less the conversation's member), never the
+    backup's older copy; the backup goes."""
+    import json
+
+    name, old, _ = CASES["JsonMember"]
+    (data / name).write_bytes(old)
+    kill_at(step, "JsonMember", ctx.home, data / name)
+    anew = {"projects": {"/src/app": {"last": "c1"}, "/src/new": {"last": "n9"}}, "written": "by the agent"}
+    (data / name).write_text(json.dumps(anew, indent=2))
+    _, residual, notes = purge(Toy({"c1": [_art("JsonMember", data / name)]}), ctx)
+    assert residual == [] and notes == []
+    assert json.loads((data / name).read_text()) == {"projects": {"/src/app": {}, "/src/new": {"last": "n9"}},
+                                                      "written": "by the agent"}
+    assert sorted(p.name for p in data.iterdir()) == [name]
+
+
 def test_a_finished_rewrite_keeps_what_an_agent_appended_since(ctx, data):
     (data / "history.jsonl").write_bytes(HISTORY)
     kill_at("truncated", "Lines", ctx.home, data / "history.jsonl")
