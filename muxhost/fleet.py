@@ -23,7 +23,7 @@ from typing import Any
 
 from muxhost.backends import AGENT_OPTION, RECORD_OPTION
 from muxhost.errors import MuxhostError, NotFound, Refused, UsageError
-from muxhost.state import Live
+from muxhost.state import Live, foreign_now, left_alone
 from muxhost.store import Record
 
 UNTIL = ("idle", "waiting", "exited")
@@ -59,6 +59,12 @@ def _idle_that_long(lv: Live, seconds: float, now: float) -> bool:
     quiet = (untouched_since(lv.activity_since, lv.pane.last_input if lv.pane is not None else None)
              if lv.state == "running" and lv.activity == "idle" else None)
     return quiet is not None and now - quiet >= seconds
+
+
+def _other_program(view: Any, rec: Record) -> str:
+    """"; its pane %3 runs another program now (…), left alone" when it does (else "")."""
+    other = view.foreign(rec)
+    return "" if other is None else "; " + left_alone(other)
 
 
 def _ago_clock(t: float) -> str:
@@ -144,7 +150,7 @@ class FleetOps:
     def _show_stub(self, rec: Record, panes: list, target: str | None = None) -> tuple[Any, list[str]]:
         """The stub in the record's pane (its dead pane among ``panes``, else a new one named as
         before, or a window of session ``target``): the pane, and notes (why there is none)."""
-        from muxhost import stub
+        from muxhost import procs, stub
 
         backend = self.backend_of(rec)
         argv = [sys.executable, "-I", "-S", os.path.abspath(stub.__file__), self.stub_text(rec), "--",
@@ -152,14 +158,17 @@ class FleetOps:
         cwd = rec.cwd if os.path.isdir(rec.cwd) else os.path.expanduser("~")
         try:
             pane = next((p for p in panes if p.record == rec.id), None)
+            if pane is not None and not pane.dead and foreign_now(rec, pane):
+                pane = None  # another program runs there (not the agent's): left alone, the stub gets its own
+            # (the stub is the pane's process muxhost started now: its pid and create time are the record's)
             if pane is not None:
                 info = backend.respawn(pane.pane_id, argv, cwd=cwd, env=self._caller_env())
-                self.store.update(rec, pane=info.pane_id)
+                self.store.update(rec, pane=info.pane_id, pids=procs.key_of(info.pid))
             else:
                 info, created = backend.create(argv, cwd=cwd, env=self._caller_env(), name=rec.session_name or rec.name,
                                                target=target, options={RECORD_OPTION: rec.id, AGENT_OPTION: rec.agent})
                 self.store.update(rec, pane=info.pane_id, session=info.session_id if created else None,
-                                  created_session=created)
+                                  created_session=created, pids=procs.key_of(info.pid))
         except MuxhostError as e:
             return None, [f"its pane could not show the stub ({e}); `muxhost wake {rec.id}` opens a new one"]
         return info, []
@@ -268,9 +277,10 @@ class FleetOps:
 
     # -- scripted control --------------------------------------------------------------------------
     def _running(self, rec: Record, doing: str) -> Live:
-        live = self.live(rec, self.view([rec]), check_resumable=False)
+        view = self.view([rec])
+        live = self.live(rec, view, check_resumable=False)
         if live.state != "running" or live.pane is None:
-            hint = f"; `muxhost wake {rec.id}` first" if live.state == "asleep" else ""
+            hint = f"; `muxhost wake {rec.id}` first" if live.state == "asleep" else _other_program(view, rec)
             raise Refused(f"record {rec.id} ({rec.name}) is {live.state}: no agent to {doing}{hint}")
         return live
 
@@ -309,13 +319,15 @@ class FleetOps:
         watch = Watch(self, WAIT_INTERVAL, float(self.config.watch("stall_after")), alert=False, only=rec)
         seen_other = False
         state = None
+        view = None
         while True:
             fresh = self.store.get(rec.id) or rec
             tracked = watch.step() is not None and fresh.id in watch.tracks and fresh.state != "asleep"
             if tracked:
                 state = watch.tracks[fresh.id].activity
             else:
-                state = self.live(fresh, self.view([fresh]), check_resumable=False).state
+                view = self.view([fresh])
+                state = self.live(fresh, view, check_resumable=False).state
                 if state == "running":  # (a moment between two looks: its pane came or went)
                     state = None
             if until == "exited":
@@ -328,7 +340,8 @@ class FleetOps:
                 if state != until:
                     seen_other = True
             elif state is not None:
-                raise Refused(f"record {rec.id} ({rec.name}) is {state}: it will not be {until}")
+                raise Refused(f"record {rec.id} ({rec.name}) is {state}: it will not be {until}"
+                              f"{_other_program(view, fresh) if view is not None else ''}")
             if deadline is not None and time.monotonic() >= deadline:
                 raise MuxhostError(f"record {rec.id} ({rec.name}) is not {until} after {timeout:g}s "
                                f"(it is {state or 'unknown'})")
@@ -339,7 +352,11 @@ class FleetOps:
         scrollback. A pane that has gone has nothing to read (NotFound)."""
         if lines is not None and lines < 1:
             raise UsageError("--lines must be 1 or more")
-        pane = self.view([rec]).pane_for(rec)
+        view = self.view([rec])
+        pane = view.pane_for(rec)
+        if view.foreign(rec) is not None:
+            raise Refused(f"record {rec.id} ({rec.name}) has exited: nothing of the agent to read"
+                          f"{_other_program(view, rec)}")
         if pane is None:
             raise NotFound(f"record {rec.id} ({rec.name}) has no pane to read (it is {rec.state})")
         backend = self.backend_of(rec)

@@ -13,7 +13,7 @@ from muxhost import procs
 from muxhost.agent import Agent
 from muxhost.backends import Backend, PaneInfo
 from muxhost.errors import MuxhostError
-from muxhost.state import Live, Located, View, woken
+from muxhost.state import Live, Located, View, foreign_now, left_alone, woken
 from muxhost.store import Record
 
 
@@ -30,6 +30,7 @@ class _Target:
     collect: Callable[[procs.ProcessTable], list[procs.Proc]]
     close: Callable[[Callable[[Backend], list[PaneInfo]]], None]  # step 3, given the panes now
     pause: float = 0.5             # exit text -> Enter
+    note: str = ""                 # for the user: why the ladder left the pane alone
     outcome: str | None = None
     seconds: float = 0.0
     error: MuxhostError | None = None
@@ -92,6 +93,7 @@ class LadderOps:
             else:
                 self.store.update(rec, state="stopped", stopped_at=now, outcome=t.outcome, seconds=t.seconds)
             result = Live(rec, rec.state, None, [])
+            result.notes = [t.note] if t.note and t.outcome == "exit" else []
             result.resumable = self._resumable(agent, rec, result)
             self.pm.hook.muxhost_agent_stopped(record=result.to_dict(), outcome=t.outcome)
             out.append(result)
@@ -100,7 +102,9 @@ class LadderOps:
     def _stop_target(self, rec: Record, view: View, keep_pane: bool = False) -> "_Target":
         agent = self.registry.agents.get(rec.agent)
         backend = self.backend_of(rec)
-        pane = view.pane_for(rec)
+        # (a pane that runs another program now is not the agent's: nothing typed, signalled or closed)
+        foreign = view.foreign(rec)
+        pane = None if foreign else view.pane_for(rec)
         root = view.table.get(pane.pid) if pane is not None and not pane.dead else None
         # (an asleep record's pane runs muxhost's stub, not the agent: no exit text for it)
         agent_proc = root if root is not None and (rec.state != "asleep" or woken(rec, root)) else None
@@ -109,6 +113,8 @@ class LadderOps:
             found = list(procs.marked(rec.id, table, since=rec.launched_at))
             if root is not None:
                 found += table.tree_of(root.key)
+            for key in rec.pids:  # the process muxhost started, even where no pane shows it
+                found += table.tree_of((int(key[0]), key[1])) if len(key) == 2 else []
             return found
 
         def close(panes_now: Callable[[Backend], list[PaneInfo]]) -> None:
@@ -117,9 +123,11 @@ class LadderOps:
                     procs.signal_if_same(*p.key, procs.SIGHUP)
                 return
             # 3. kill-session when muxhost created it, else kill-pane (tmux sends SIGHUP)
+            if foreign:
+                return
             now = panes_now(backend)
             mine = pane or next((p for p in now if p.record == rec.id), None)  # (a look that missed it)
-            if mine is None:
+            if mine is None or (mine is not pane and foreign_now(rec, mine)):
                 return
             if rec.created_session and rec.session and rec.session == mine.session_id:
                 # ... unless other panes live in that session now (`launch --target`, a user's split)
@@ -129,8 +137,9 @@ class LadderOps:
             backend.kill_pane(mine.pane_id)
 
         victims = {p.key: p for p in [*view.table.tree(root.pid if root else None), *collect(view.table)]}
+        note = f"the agent had already exited; {left_alone(foreign)}" if foreign else ""
         return _Target(f"record {rec.id}", backend, pane.pane_id if pane else None, agent, agent_proc,
-                       victims, collect, close, self.exit_pause(agent))
+                       victims, collect, close, self.exit_pause(agent), note=note)
 
     def _ladder(self, targets: list["_Target"], grace: float | None) -> None:
         """Steps 1-5 of the ladder for every target at once. ``collect(table)`` lists every process

@@ -174,14 +174,7 @@ class LaunchOps:
             if rec.state == "starting":
                 self._forget(rec)
             raise
-        pids = []
-        if pane.pid:
-            try:
-                import psutil
-
-                pids = [[pane.pid, psutil.Process(pane.pid).create_time()]]
-            except Exception:
-                pids = []
+        pids = procs.key_of(pane.pid)  # the pane's process is the agent only while it is this one
         self.store.update(rec, state="running", pane=pane.pane_id, session=pane.session_id if created else rec.session,
                           session_name=pane.session_name or rec.session_name, slept_at=None,
                           created_session=created, pids=pids, stopped_at=None, outcome=None, seconds=None,
@@ -274,6 +267,9 @@ class LaunchOps:
             self.store.update(rec, launched_at=time.time())
             reuse = (live.pane is not None and (live.pane.dead or live.state == "asleep") and not (target or split)
                      and self.backend_of(rec).keeps_dead_panes)  # (herdr: no pane to start in again)
+            other = view.foreign(rec)
+            if other is not None and not (target or split):  # its pane is the user's now: a window beside it
+                target = other[0].session_id
             started = self._start(rec, agent, launch, target=target, split=split,
                                   respawn_pane=live.pane.pane_id if reuse else None, session_name=session_name)
             if live.state == "asleep" and live.pane is not None and not reuse:  # woken elsewhere: no stub left

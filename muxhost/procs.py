@@ -254,6 +254,30 @@ def is_muxhost(p: Proc) -> bool:
     return "muxhost" in args or (len(p.cmdline) > 2 and p.cmdline[1:3] == ("-m", "muxhost"))
 
 
+def same_key(proc: Proc, key) -> bool:
+    """True when ``key`` (a record's ``[pid, create time]``) is the process ``proc``."""
+    return int(key[0]) == proc.pid and abs(float(key[1]) - proc.create_time) <= _CT_TOLERANCE
+
+
+def key_of(pid: int | None) -> list[list[float]]:
+    """``[[pid, create time]]`` of a running process, as a record keeps it (``[]`` when gone)."""
+    try:
+        return [[pid, psutil.Process(pid).create_time()]] if pid else []
+    except _GONE:
+        return []
+
+
+def record_of(proc: Proc) -> str | None:
+    """The ``MUXHOST_RECORD`` in ``proc``'s environment (None: none, gone, or not readable)."""
+    try:
+        ps = psutil.Process(proc.pid)
+        if abs(ps.create_time() - proc.create_time) > _CT_TOLERANCE:
+            return None
+        return ps.environ().get(RECORD_ENV)
+    except _GONE:
+        return None
+
+
 def same_process(pid: int, create_time: float) -> bool:
     """True when ``pid`` is running (not a zombie) and is the process that had ``create_time``."""
     try:

@@ -34,11 +34,35 @@ class View:
         by_option = [p for p in panes if p.record == rec.id]
         if by_option:
             alive = [p for p in by_option if not p.dead]
-            return (alive or by_option)[0]
+            mine = [p for p in alive if owns(rec, self.table.get(p.pid), self.table)]
+            return (mine or alive or by_option)[0]
         return None
+
+    def foreign(self, rec: Record) -> tuple[PaneInfo, procs.Proc] | None:
+        """The record's pane and its process when that process is not muxhost's for the record
+        (:func:`owns`): the agent exited and the user started something else there (``tmux
+        respawn-pane -k`` a shell). Such a pane is no longer the agent's: nothing is typed into it,
+        nothing of it is signalled or closed, and the record is ``exited``."""
+        pane = self.pane_for(rec)
+        root = self.table.get(pane.pid) if pane is not None and not pane.dead else None
+        if root is None or owns(rec, root, self.table):
+            return None
+        return pane, root
 
     def server_running(self, server: tuple[str, str | None]) -> bool:
         return self.panes.get(server) is not None
+
+
+def left_alone(found: tuple[PaneInfo, procs.Proc]) -> str:
+    """What :meth:`View.foreign` found, for the user: "its pane %3 runs another program now (pid 812
+    bash), left alone"."""
+    pane, proc = found
+    return f"its pane {pane.pane_id} runs another program now (pid {proc.pid} {proc.name}), left alone"
+
+
+def foreign_now(rec: Record, pane: PaneInfo) -> bool:
+    """:meth:`View.foreign` for one pane of ``rec``, judged on a fresh process table."""
+    return View({server_of(rec): [pane]}, procs.ProcessTable.snapshot()).foreign(rec) is not None
 
 
 def woken(rec: Record, root: procs.Proc | None) -> bool:
@@ -47,6 +71,24 @@ def woken(rec: Record, root: procs.Proc | None) -> bool:
     moves ``launched_at`` past ``slept_at`` first): before that, a pane not running the stub is one
     about to (tmux's child before its exec, caught by a look)."""
     return root is not None and not is_stub(root) and (rec.slept_at is None or rec.launched_at > rec.slept_at)
+
+
+def owns(rec: Record, proc: procs.Proc | None, table: procs.ProcessTable) -> bool:
+    """``proc`` (a pane's process) is the one muxhost started there for ``rec``: the agent it
+    launched, resumed or woke, or the asleep stub — the pid and create time ``rec.pids`` keeps
+    (the launcher execs the agent: one process). One not written down yet (a launch, wake or sleep
+    cut short between starting the pane and writing the record) counts while it started since the
+    record's last launch and is muxhost's launcher or stub, carries the record's ``MUXHOST_RECORD``,
+    or is still the multiplexer's own child before its exec. Anything else is not the agent."""
+    if proc is None:
+        return False
+    if any(len(k) == 2 and procs.same_key(proc, k) for k in rec.pids):
+        return True
+    if proc.create_time + 1.0 < rec.launched_at:
+        return False
+    parent = table.get(proc.ppid)
+    unexeced = parent is not None and parent.name == proc.name and parent.cmdline == proc.cmdline
+    return unexeced or is_stub(proc) or procs.record_of(proc) == rec.id
 
 
 def is_stub(proc: procs.Proc) -> bool:
@@ -137,7 +179,11 @@ class StateOps:
     def live(self, rec: Record, view: View, agent: Agent | None = None, check_resumable: bool = True) -> Live:
         pane = view.pane_for(rec)
         tree: list[procs.Proc] = []
-        if rec.state == "asleep":  # its pane (if any: a server restart took it) shows muxhost's stub
+        if view.foreign(rec) is not None:  # another program runs in its pane: not the agent (any more)
+            pane = None
+            starting = rec.state == "starting" and time.time() - rec.created_at < STARTING_GRACE
+            state = "starting" if starting else "stopped" if rec.state == "stopped" else "exited"
+        elif rec.state == "asleep":  # its pane (if any: a server restart took it) shows muxhost's stub
             tree = view.table.tree(pane.pid) if pane is not None and not pane.dead else []
             # ... unless the agent runs there again: a wake killed between starting it and saying so
             state = "running" if woken(rec, tree[0] if tree else None) else "asleep"

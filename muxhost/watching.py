@@ -37,7 +37,7 @@ from muxhost.activity import (CPU_BUSY, STATES, Evidence, ask_plugin, first_sinc
 from muxhost.backends import (ACTIVITY_OPTION, ACTIVITY_SINCE_OPTION, SUMMARY_OPTION, WAITING_OPTION,
                               WATCH_OPTION, PaneInfo)
 from muxhost.errors import MuxhostError, Refused
-from muxhost.state import Live
+from muxhost.state import Live, View
 from muxhost.store import Record
 
 
@@ -136,15 +136,13 @@ class Watch:
         now = time.time()
         first = self.looked is None
         dt = None if first else max(now - self.looked, 1e-3)
-        by_record: dict[str, PaneInfo] = {}
-        for p in panes:
-            if p.record and (p.record not in by_record or by_record[p.record].dead):
-                by_record[p.record] = p
+        view = View({self.server: panes}, table)
         running: list[tuple[Live, Track, Any, bool, bool, bool]] = []
         wanted: list[str] = []
         for rec in self._records():
-            pane = by_record.get(rec.id)
-            if rec.state in ("stopped", "asleep") or pane is None or pane.dead:
+            pane = view.pane_for(rec)
+            # (a pane that runs another program now is not the agent's: not watched)
+            if rec.state in ("stopped", "asleep") or pane is None or pane.dead or view.foreign(rec) is not None:
                 continue
             tree = table.tree(pane.pid)
             if not tree:
@@ -200,11 +198,9 @@ class Watch:
         unknown = any(r[0].rec.conversation_id is None and r[2] is not None and _discovers(r[2]) for r in running)
         if running and (unknown or any(r[5] for r in running) or self.refreshed is None
                         or now - self.refreshed >= REFRESH_EVERY):
-            from muxhost.state import View
-
             # (every record, on every server, is weighed: a conversation another record holds
             # elsewhere is never handed to one of these; `wait`'s watch reads them from the store)
-            self.host.refresh([r[0] for r in running], View({self.server: panes}, table), self.everyone)
+            self.host.refresh([r[0] for r in running], view, self.everyone)
             self.refreshed = now
         screens = self.backend.screens(wanted) if wanted else {}
         changes: list[dict[str, Any]] = []

@@ -487,12 +487,15 @@ def test_a_wake_cut_short_after_the_agent_started_is_seen_running(mux):
     demo_bin = shutil.which("muxhost-demo", path=os.path.dirname(__import__("sys").executable))
     # before the wake began, a pane that does not run the stub is still asleep: tmux's child for
     # the stub, before its exec, is caught by a look (ls wrote `running` down, and the stub ran on
-    # under a record that said so)
-    mux.tmux("respawn-pane", "-k", "-t", pane, "sleep", "30")
+    # under a record that said so). (Stand-ins carry the record's MUXHOST_RECORD, as muxhost's own
+    # processes there do: a pane process that is none of muxhost's is no agent at all, see
+    # test_safety_panes.)
+    mark = f"MUXHOST_RECORD={rec['id']}"
+    mux.tmux("respawn-pane", "-k", "-t", pane, "-e", mark, "sleep", "30")
     assert row(mux, rec["id"])["state"] == "asleep"
     with mux.resume_under_way(rec["id"], seconds=0):  # a wake: under the locks, it moves launched_at
         pass
-    mux.tmux("respawn-pane", "-k", "-t", pane, demo_bin, "--resume", cid)  # the agent, not the record
+    mux.tmux("respawn-pane", "-k", "-t", pane, "-e", mark, demo_bin, "--resume", cid)  # the agent, not the record
     mux.wait_screen(pane, f"resumed conversation {cid}")
     assert row(mux, rec["id"])["state"] == "running"
     out = mux.ok("stop", "halfway", "--json")

@@ -30,16 +30,46 @@ _FIELDS = ("pane_id", "pane_pid", "pane_dead", "pane_dead_status", "session_id",
            "session_activity", "window_active", "pane_active",
            # the server instance (a new server on the same socket is another one)
            "pid", "start_time")
-FORMAT = SEP.join("#{%s}" % f for f in _FIELDS)
 # what tmux sets in a new pane's environment itself; the launcher takes these from its own
 PANE_ENV = ("TMUX", "TMUX_PANE", "TERM", "TERM_PROGRAM", "TERM_PROGRAM_VERSION", "SHELL")
 _NO_SERVER = ("no server running", "error connecting to", "No such file or directory", "server exited")
 
 
-def _parse(line: str) -> PaneInfo | None:
-    parts = line.split(SEP)
-    if len(parts) != len(_FIELDS):
-        return None
+def _arg(text: str) -> str:
+    """``text`` as ONE literal tmux argument: tmux takes an argument that ends in ";" for the end of
+    a command (the ";" dropped, what follows another command), and one that ends in "\\;" for one
+    that ends in ";"."""
+    return text[:-1] + "\\;" if text.endswith(";") else text
+
+
+def _format(token: str) -> str:
+    """The pane format: every field after ``token``, and ``token`` at the end. A field's value is
+    whatever tmux has: the foreground process chooses ``pane_current_command`` and
+    ``pane_current_path`` (any byte, a newline or SEP too; tmux 3.3's ``#{q:}`` leaves both as
+    they are), so fields and panes are told apart by a token made anew for each query, which no
+    process knows when it names itself or its folder."""
+    return "".join(token + "#{%s}" % f for f in _FIELDS) + token
+
+
+def _token() -> str:
+    return SEP + "muxhost-" + os.urandom(8).hex() + SEP
+
+
+def _parse_all(out: str, token: str) -> list[PaneInfo]:
+    """Every pane in the output of :func:`_format` with ``token``."""
+    pieces = out.split(token)
+    n = len(_FIELDS)
+    if pieces[0].strip():
+        return []
+    panes = []
+    for i in range(1, len(pieces) - n, n + 1):
+        if pieces[i + n] != "\n":  # (each pane ends with the token and tmux's newline)
+            break
+        panes.append(_parse(pieces[i:i + n]))
+    return panes
+
+
+def _parse(parts: list[str]) -> PaneInfo:
     pid = int(parts[1]) if parts[1].isdigit() else None
     status = int(parts[3]) if parts[3].lstrip("-").isdigit() else None
     return PaneInfo(pane_id=parts[0], pid=pid, dead=parts[2] == "1", dead_status=status,
@@ -118,8 +148,8 @@ class TmuxBackend(Backend):
         """Run one tmux command (a list joined by ";" elements is still one tmux process).
         Commands go through libtmux; ``fast`` ones (the snapshot) call tmux directly."""
         if fast:
-            p = subprocess.run(self._base() + list(args), capture_output=True, text=True,
-                               stdin=subprocess.DEVNULL)
+            p = subprocess.run(self._base() + list(args), capture_output=True, text=True, errors="surrogateescape",
+                               stdin=subprocess.DEVNULL)  # (a folder's name may be any bytes)
         else:
             self._base()  # a clear error when tmux is missing
             r = self.server.cmd(*args)
@@ -157,13 +187,14 @@ class TmuxBackend(Backend):
         return panes
 
     def _panes(self) -> list[PaneInfo] | None:
-        p = self._run("list-panes", "-a", "-F", FORMAT, check=False, fast=True)
+        token = _token()
+        p = self._run("list-panes", "-a", "-F", _format(token), check=False, fast=True)
         if p.returncode != 0:
             msg = p.stderr.strip()
             if any(s in msg for s in _NO_SERVER) or not msg:
                 return None
             raise MuxhostError(f"tmux list-panes failed: {msg.splitlines()[-1]}")
-        return [pi for pi in map(_parse, p.stdout.splitlines()) if pi is not None]
+        return _parse_all(p.stdout, token)
 
     def pane(self, pane_id: str) -> PaneInfo | None:
         for p in self.snapshot() or []:
@@ -189,7 +220,8 @@ class TmuxBackend(Backend):
         return out
 
     def create(self, argv, *, cwd, env, name, target=None, split=None, options={}):
-        fmt = ["-P", "-F", FORMAT]
+        token = _token()
+        fmt = ["-P", "-F", _format(token)]
         # The new pane's options are set in the SAME tmux command list, so they apply before its
         # process can exit. That needs the new pane to be "current", so windows and splits are made
         # without -d and the user's previous pane/window is selected again at the end.
@@ -201,20 +233,20 @@ class TmuxBackend(Backend):
                 target = os.environ.get("TMUX_PANE") if os.environ.get("TMUX") else None
                 if not target:
                     raise UsageError("--split needs --target SESSION[:WINDOW] (or run it inside tmux)")
-            args = ["split-window", "-h" if split == "right" else "-v", "-t", target, "-c", cwd]
+            args = ["split-window", "-h" if split == "right" else "-v", "-t", _arg(target), "-c", _arg(cwd)]
             restore, created = [";", "last-pane"], False
         elif target:
-            args = ["new-window", "-a", "-t", target if ":" in target else target + ":", "-c", cwd]
+            args = ["new-window", "-a", "-t", _arg(target if ":" in target else target + ":"), "-c", _arg(cwd)]
             restore, created = [";", "last-window"], False
         else:
             # detached sessions are 80x24 by default: too narrow for agents' TUIs (footers wrap);
             # tmux resizes the window to the client when someone attaches
-            args = ["new-session", "-d", "-s", name, "-c", cwd, "-x", "200", "-y", "50"]
+            args = ["new-session", "-d", "-s", name, "-c", _arg(cwd), "-x", "200", "-y", "50"]
             created = True
         cmd = self._command(argv, cwd, env)
         try:
             p = self._run(*args, *fmt, "--", *cmd.argv, *self._after(options), *restore)
-            info = _parse(p.stdout.splitlines()[0]) if p.stdout.strip() else None
+            info = next(iter(_parse_all(p.stdout, token)), None)
             if info is None:
                 raise MuxhostError(f"tmux {args[0]} printed no pane")
         except BaseException:
@@ -226,7 +258,7 @@ class TmuxBackend(Backend):
     def respawn(self, pane_id, argv, *, cwd, env):
         cmd = self._command(argv, cwd, env)
         try:
-            self._run("respawn-pane", "-k", "-t", pane_id, "-c", cwd, "--", *cmd.argv)
+            self._run("respawn-pane", "-k", "-t", pane_id, "-c", _arg(cwd), "--", *cmd.argv)
             info = self.pane(pane_id)
             if info is None:
                 raise MuxhostError(f"pane {pane_id} vanished after respawn")
@@ -265,7 +297,7 @@ class TmuxBackend(Backend):
                         self._run(*args, check=False, fast=True)
 
     def type_text(self, pane_id, text):
-        self._act("send-keys", "-t", pane_id, "-l", text)
+        self._act("send-keys", "-t", pane_id, "-l", "--", _arg(text))  # (never an option, never a ";")
 
     def send_keys(self, pane_id, *keys):
         self._act("send-keys", "-t", pane_id, *map(tmux_key, keys))
@@ -289,7 +321,7 @@ class TmuxBackend(Backend):
             args += ["-c", client]
         if pane_id:
             args += ["-t", pane_id]
-        self._run(*args, "-d", "10000", literal(text), check=False, fast=True)
+        self._run(*args, "-d", "10000", "--", _arg(literal(text)), check=False, fast=True)
 
     def set_pane_option(self, pane_id: str, name: str, value: str) -> None:
         self._run("set-option", "-p", "-t", pane_id, name, value, fast=True)
@@ -359,7 +391,7 @@ class TmuxBackend(Backend):
             return
         tty, clients = lines[0], lines[1:]
         if clients:
-            self._list([["display-message", "-c", c, "-d", "10000", literal(text)] for c in clients])
+            self._list([["display-message", "-c", c, "-d", "10000", "--", _arg(literal(text))] for c in clients])
         try:
             fd = os.open(tty, os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK)
             try:
@@ -423,7 +455,7 @@ class TmuxBackend(Backend):
         name = next(n for n in ("muxhost-purge", *(f"muxhost-purge-{i}" for i in range(2, 1000))) if n not in names)
         wait = 'stty -echo 2>/dev/null; printf "%s\\n" "$1"; exec sleep 3600'  # keys typed now are not read
         p = self._run("new-session", "-d", "-s", name, "-n", "muxhost", "-P", "-F",
-                      f"#{{session_id}}{SEP}#{{pane_id}}", "--", "/bin/sh", "-c", wait, "sh", text, fast=True)
+                      f"#{{session_id}}{SEP}#{{pane_id}}", "--", "/bin/sh", "-c", wait, "sh", _arg(text), fast=True)
         sid, _, pane_id = p.stdout.strip().partition(SEP)
         # it closes with its last key, whatever the user's remain-on-exit; then go on to any session
         self._run("set-option", "-p", "-t", pane_id, "remain-on-exit", "off", ";",
@@ -435,5 +467,5 @@ class TmuxBackend(Backend):
         """The holding pane prints ``text`` on a clean screen, then closes on any key."""
         show = ('printf "\\033[H\\033[2J%s\\n\\n(press any key to close) " "$1"; '
                 'stty -icanon -echo min 1 2>/dev/null; dd bs=1 count=1 >/dev/null 2>&1')
-        self._run("respawn-pane", "-k", "-t", pane_id, "--", "/bin/sh", "-c", show, "sh", text,
+        self._run("respawn-pane", "-k", "-t", pane_id, "--", "/bin/sh", "-c", show, "sh", _arg(text),
                   check=False, fast=True)
