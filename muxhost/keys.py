@@ -17,6 +17,7 @@ are the built-in plugin :mod:`muxhost.plugins.purge_key`):
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -56,7 +57,8 @@ def bindings(key: str = "P", socket: str | None = None, wait_key: str = "W") -> 
 
         raise UsageError(f"--key and --wait-key are both {key!r}")
     mux = muxhost_command() + (f" --socket {shlex.quote(socket)}" if socket else "")
-    target = "--pane '#{pane_id}' --client '#{client_name}'"
+    # (--server: the key works only in the server muxhost uses; pressed in another one it says so)
+    target = "--pane '#{pane_id}' --client '#{client_name}' --server '#{socket_path}'"
     prepare = f"{mux} purge-key {target} --prepare"
     # (the id the prompt named goes with "y": the pane may be in another conversation by then)
     purge = f"{mux} purge-key {target} --conversation '#{{{CONVERSATION_OPTION}}}' --run || true"
@@ -64,16 +66,29 @@ def bindings(key: str = "P", socket: str | None = None, wait_key: str = "W") -> 
     return f"""# muxhost purge key: prefix + {key} purges the conversation of the agent in the current pane,
 # with its child conversations. It asks first, naming the agent and the conversation, stops the agent
 # (the whole stop ladder) and says what happened.
-# Load:   add these lines to ~/.tmux.conf, then run: tmux source-file ~/.tmux.conf
-#         (or: muxhost tmux-bindings > ~/.config/muxhost/purge-key.conf
-#              and add `source-file ~/.config/muxhost/purge-key.conf` to ~/.tmux.conf)
-# Remove: tmux unbind-key {key}   (and delete the lines)
+{_load_lines(socket, key)}
 bind-key {key} if-shell {_tmux_quoted(prepare)} {{
   confirm-before -p {_tmux_quoted(prompt)} {{
     run-shell {_tmux_quoted(purge)}
   }}
 }}
 {waiting_key(wait_key, mux)}"""
+
+
+def _load_lines(socket: str | None, key: str) -> str:
+    """How to load the lines into the server muxhost uses: your own one, or ``tmux -L SOCKET``."""
+    if not socket:
+        return f"""# Load:   add these lines to ~/.tmux.conf, then run: tmux source-file ~/.tmux.conf
+#         (or: muxhost tmux-bindings > ~/.config/muxhost/purge-key.conf
+#              and add `source-file ~/.config/muxhost/purge-key.conf` to ~/.tmux.conf)
+# Remove: tmux unbind-key {key}   (and delete the lines)"""
+    tmux = f"tmux -L {shlex.quote(socket)}"
+    conf = f"~/.config/muxhost/keys-{socket}.conf" if re.fullmatch(r"[A-Za-z0-9._-]+", socket) else "FILE"
+    return f"""# These lines are for the tmux server on socket {socket!r} (`{tmux}`), the one muxhost uses here;
+# pressed in another server the keys only say so. Load them into that server:
+#   muxhost --socket {shlex.quote(socket)} tmux-bindings > {conf}
+#   {tmux} source-file {conf}
+# Remove: {tmux} unbind-key {key}"""
 
 
 def waiting_key(key: str, mux: str) -> str:

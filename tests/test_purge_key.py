@@ -282,3 +282,45 @@ def test_key_purges_only_the_conversation_the_prompt_named(mux, keyed):
     assert {c: conv(mux, c).read_bytes() for c in (x, y)} == before
     assert mux.ok("show", rec["id"], "--json")["state"] == "running"
     assert still_running(client) and session_of(mux, client) == "main"
+
+
+def test_the_lines_name_muxhosts_server_and_do_nothing_in_another(mux, tmp_path):
+    """With a private socket (`--socket`, $MUXHOST_TMUX_SOCKET) the printed lines say to load them
+    into that server, and a key pressed in another server (~/.tmux.conf is read by all) touches
+    nothing of muxhost's: pane %0 there is not pane %0 here."""
+    import shutil
+    import subprocess
+
+    lines = mux.ok("tmux-bindings")
+    assert f"tmux -L {mux.socket} source-file" in lines and f"tmux -L {mux.socket} unbind-key P" in lines
+    assert lines.count(f"--socket {mux.socket} purge-key") == 2 and lines.count("--server '#{socket_path}'") == 2
+    agent = mux.ok("launch", "demo", "--json")  # muxhost's pane %0
+    mux.wait_screen(agent["pane"], "demo>")
+    mux.type(agent["pane"], "words that must stay")
+    mux.wait_screen(agent["pane"], "turn 1")
+    before = conv(mux, agent["conversation_id"]).read_bytes()
+    other = f"{mux.socket}-other"
+    tmux = [shutil.which("tmux"), "-L", other, "-f", "/dev/null"]
+    conf = tmp_path / "keys.conf"
+    conf.write_text(lines)
+    env = dict(mux.env, TERM="xterm-256color")
+    subprocess.run([*tmux, "new-session", "-d", "-s", "elsewhere", "-x", "200", "-y", "40", "/bin/sh"], env=env, check=True)
+    try:
+        subprocess.run([*tmux, "source-file", str(conf)], env=env, check=True)
+        client = TmuxClient(other, "elsewhere", env)
+        try:
+            client.wait_text("[elsewhere", timeout=10)
+            mark = client.mark()
+            client.press(PREFIX + b"P")
+            client.wait_text("this key belongs to muxhost's tmux server on socket", since=mark)
+            client.press(b"y")  # (had it asked, this would purge)
+            import time
+
+            time.sleep(1.5)
+            assert "purge the" not in client.text_since(mark)
+        finally:
+            client.close()
+    finally:
+        subprocess.run([*tmux, "kill-server"], env=env, check=False)
+    assert conv(mux, agent["conversation_id"]).read_bytes() == before
+    assert mux.ok("show", agent["id"], "--json")["state"] == "running"

@@ -13,6 +13,7 @@ plugin's (muxhost's built-ins are ordinary plugins, as datasette's and llm's are
 from __future__ import annotations
 
 import argparse
+import os
 
 import muxhost
 from muxhost.errors import INCOMPLETE, MuxhostError, UsageError
@@ -25,7 +26,32 @@ def cmd_tmux_bindings(args) -> int:
     return 0
 
 
-def run_key(host, pane: str | None, client: str | None, prepare: bool, conversation: str | None = None) -> int:
+def _other_server(host, server: str | None) -> str | None:
+    """Why the key's lines do not belong to the tmux server they were pressed in (``server``: its
+    ``#{socket_path}``; ~/.tmux.conf is read by every server), or None when they do."""
+    backend = host.current()
+    own = getattr(backend, "socket_path", lambda: "")()
+    if not server or (own and os.path.realpath(own) == os.path.realpath(server)):
+        return None
+    return (f"this key belongs to muxhost's tmux server on {backend.where()}, not to this one ({server}): "
+            "nothing done (`muxhost --socket NAME tmux-bindings` prints the lines for another server)")
+
+
+def _say_there(server: str, client: str | None, text: str) -> None:
+    """A message on the tmux server the key was pressed in (not muxhost's own)."""
+    import shutil
+    import subprocess
+
+    from muxhost.backends.tmux import literal
+
+    tmux = shutil.which("tmux")
+    if tmux:
+        subprocess.run([tmux, "-S", server, "display-message", *(["-c", client] if client else []), "-d", "10000",
+                        "--", literal(text)], capture_output=True, stdin=subprocess.DEVNULL, check=False)
+
+
+def run_key(host, pane: str | None, client: str | None, prepare: bool, conversation: str | None = None,
+            server: str | None = None) -> int:
     """One step of the key: ``prepare`` (find the agent and its conversation, for the prompt) or the
     purge itself (the ladder first, the client moved off a session that goes with the agent) of
     exactly the conversation the prompt named (``conversation``; earlier bindings pass none: the
@@ -34,6 +60,10 @@ def run_key(host, pane: str | None, client: str | None, prepare: bool, conversat
 
     if not pane:
         raise UsageError("the purge key's steps need --pane")
+    wrong = _other_server(host, server)
+    if wrong:  # pane %3 of that server is not pane %3 of ours: touch nothing
+        _say_there(server, client, f"muxhost: {wrong}")
+        return 4
     backend = host.current()
     try:
         if prepare:
@@ -69,7 +99,8 @@ def run_key(host, pane: str | None, client: str | None, prepare: bool, conversat
 def cmd_purge_key(args) -> int:
     if args.prepare == args.run:
         raise UsageError("purge-key takes --prepare or --run")
-    return run_key(args.host, args.pane, args.client, prepare=args.prepare, conversation=args.conversation)
+    return run_key(args.host, args.pane, args.client, prepare=args.prepare, conversation=args.conversation,
+                   server=args.server)
 
 
 @muxhost.hookimpl
@@ -89,6 +120,8 @@ def muxhost_register_commands(subparsers):
                                "(see `muxhost tmux-bindings`).")
     sp.add_argument("--pane", required=True, help="the pane the key was pressed in (#{pane_id})")
     sp.add_argument("--client", help="the tmux client that pressed it (#{client_name})")
+    sp.add_argument("--server", metavar="PATH", help="the socket of the tmux server it was pressed in "
+                    "(#{socket_path}); refused when that is not muxhost's server")
     step = sp.add_mutually_exclusive_group()
     step.add_argument("--prepare", action="store_true", help="find the agent and its conversation for the prompt")
     step.add_argument("--run", action="store_true", help="stop the agent, purge the conversation, say the outcome")
