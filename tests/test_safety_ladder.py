@@ -275,3 +275,28 @@ def test_a_stop_run_inside_the_agents_own_pane_finishes_and_reports(mux, tmp_pat
     assert not _alive(rec["pids"][0])
     assert not mux.has_session(rec["name"])
     assert not procs.marked(rec["id"], procs.ProcessTable.snapshot())
+
+
+def test_a_stop_inside_the_pane_never_signals_its_own_ancestors(mux, tmp_path):
+    """An agent that outlives the pane's hang-up and ends its whole process group when it gets a
+    SIGTERM (as agents end their tools): signalled, it would take the muxhost that stops it along.
+    That muxhost never signals it; it finishes, and says what it left (exit 1)."""
+    go, err = tmp_path / "go", tmp_path / "err"
+    mux.config.write_text(
+        "stop:\n  exit_grace: 0.5\n  term_grace: 0.5\n  hup_grace: 0.5\n"
+        "agents:\n  groupkiller:\n"
+        f"    command: [sh, -c, 'trap \"\" HUP; trap \"kill -KILL 0\" TERM; echo ready; "
+        f"while [ ! -e {go} ]; do sleep 0.1; done; "
+        f"{sys.executable} -m muxhost stop \"$MUXHOST_RECORD\" 2> {err}; echo \"rc=$?\" >> {err}; sleep 1000']\n"
+        "    exit_text: null\n"
+    )
+    rec = mux.ok("launch", "groupkiller", "--json")
+    mux.wait_screen(rec["pane"], "ready")
+    go.touch()
+    try:
+        wait_for(lambda: err.exists() and "rc=" in err.read_text(), timeout=30, what="the stop to finish")
+        text = err.read_text()
+        assert "rc=1" in text and "ancestors" in text and str(rec["pids"][0]) in text, text
+        assert _alive(rec["pids"][0])  # left, and said: never signalled by the muxhost it runs
+    finally:
+        _kill(rec["pids"][0])
