@@ -254,6 +254,14 @@ def _attach_hint(host, live) -> str:
     return f"  attach: muxhost attach {live.rec.name}" if live.pane is not None else ""
 
 
+def _print_damaged(host) -> None:
+    """One line per record the store skipped because its row is damaged (``--json`` too)."""
+    store = getattr(host, "_store", None)
+    for rid, why in getattr(store, "damaged", {}).items():
+        print(f"muxhost: warning: record {rid} in {store.path} is damaged ({why}): skipped; fix or delete its "
+              f"row (sqlite3 {store.path} \"DELETE FROM records WHERE id = '{rid}'\")", file=sys.stderr)
+
+
 def _print_warnings(host) -> None:
     """One line per plugin hook that failed (``ls --json`` carries them as ``warnings``)."""
     for w in getattr(host, "warnings", ()):
@@ -791,6 +799,7 @@ def cli(argv: Sequence[str] | None = None) -> int:
         finally:
             if not getattr(args, "json", False):
                 _print_warnings(host)
+            _print_damaged(host)
     except MuxhostError as e:
         print(f"muxhost: {e}", file=sys.stderr)
         return e.exit_code

@@ -5,6 +5,9 @@ close the pane or session, SIGTERM, SIGKILL — every process of the record, not
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
+import sys
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -31,6 +34,7 @@ class _Target:
     close: Callable[[Callable[[Backend], list[PaneInfo]]], None]  # step 3, given the panes now
     pause: float = 0.5             # exit text -> Enter
     note: str = ""                 # for the user: why the ladder left the pane alone
+    keeps_pane: bool = False       # step 3 leaves the pane (sleep: the stub's respawn ends what is in it)
     outcome: str | None = None
     seconds: float = 0.0
     error: MuxhostError | None = None
@@ -66,6 +70,19 @@ class LadderOps:
             done = iter(self._stop_many(todo, grace, view) if todo else [])
             return [left[r.id] if r.id in left else next(done) for r in records]
 
+    def finish_stops(self, records: list[Record]) -> None:
+        """Finish the stops that were cut short (a record left ``stopping``: the muxhost that ran
+        the ladder was killed, interrupted, or could not write the record): the ladder again for
+        whatever of them is left, then the record is written ``stopped``. A record whose lock is
+        held (its stop is under way in another muxhost) is left to that one."""
+        try:
+            with self.record_locks(records, "stop", timeout=0.0) as left:
+                todo = [r for r in records if r.id not in left and r.state == "stopping"]
+                if todo:
+                    self._stop_many(todo, None, None)
+        except MuxhostError:
+            pass  # (a look or a write that failed: the next ls or stop tries again)
+
     def _stop_many(self, records: list[Record], grace: float | None, view: View | None, keep_panes: bool = False,
                    refreshed: bool = False) -> list["Live | MuxhostError"]:
         """:meth:`stop_many` under the records' locks. ``keep_panes`` (``muxhost sleep``): step 3 is
@@ -76,11 +93,26 @@ class LadderOps:
         lives = [self.live(rec, view, check_resumable=False) for rec in records]
         running = [lv for lv in lives if lv.state == "running"]
         if running and not refreshed:
-            self.refresh(running, view)  # the conversation each is in right now, before it goes
+            try:
+                self.refresh(running, view)  # the conversation each is in right now, before it goes
+            except MuxhostError:
+                pass  # (a store that cannot be written, a full disk: the ladder runs all the same)
         since = min((r.launched_at for r in records), default=0.0)
         view.table.marked_index(since)  # one environment scan serves every record
         targets = [self._stop_target(rec, view, keep_panes) for rec in records]
+        if not keep_panes:
+            # the intent first: a stop cut short (kill -9, Ctrl-C, a full disk) leaves `stopping`,
+            # which `restore` never starts again and the next `ls` or `stop` finishes
+            for rec in records:
+                if rec.state != "stopping":
+                    try:
+                        self.store.update(rec, state="stopping")
+                    except MuxhostError:
+                        pass  # (the store cannot be written: the ladder runs all the same)
         self._ladder(targets, grace)
+        if os.environ.get("MUXHOST_TEST_HOLD") == "stop-record":  # tests: a stop killed right here
+            print("muxhost: test hold: the ladder ended, the record is not written", file=sys.stderr, flush=True)
+            time.sleep(120)
         out: list[Live | MuxhostError] = []
         for rec, t in zip(records, targets):
             if t.error is not None:
@@ -88,10 +120,16 @@ class LadderOps:
                 continue
             agent = self.registry.agents.get(rec.agent)
             now = time.time()
-            if keep_panes:
-                self.store.update(rec, state="asleep", stopped_at=now, slept_at=now, outcome=t.outcome, seconds=t.seconds)
-            else:
-                self.store.update(rec, state="stopped", stopped_at=now, outcome=t.outcome, seconds=t.seconds)
+            try:
+                if keep_panes:
+                    self.store.update(rec, state="asleep", stopped_at=now, slept_at=now, outcome=t.outcome,
+                                      seconds=t.seconds)
+                else:
+                    self.store.update(rec, state="stopped", stopped_at=now, outcome=t.outcome, seconds=t.seconds)
+            except MuxhostError as e:  # it is down all the same: say so, and that the record is not
+                out.append(MuxhostError(f"{'asleep' if keep_panes else 'stopped'} ({t.outcome} after "
+                                        f"{t.seconds:.2f}s), but the record could not be written: {e}"))
+                continue
             result = Live(rec, rec.state, None, [])
             result.notes = [t.note] if t.note and t.outcome == "exit" else []
             result.resumable = self._resumable(agent, rec, result)
@@ -106,15 +144,17 @@ class LadderOps:
         foreign = view.foreign(rec)
         pane = None if foreign else view.pane_for(rec)
         root = view.table.get(pane.pid) if pane is not None and not pane.dead else None
-        # (an asleep record's pane runs muxhost's stub, not the agent: no exit text for it)
-        agent_proc = root if root is not None and (rec.state != "asleep" or woken(rec, root)) else None
+        # (an asleep record's pane runs muxhost's stub, not the agent: no exit text for it; nor a
+        # stop cut short of one: `stopping`)
+        agent_proc = root if root is not None and (rec.state not in ("asleep", "stopping") or woken(rec, root)) else None
+        started = [(int(k[0]), k[1]) for k in rec.pids if len(k) == 2]  # the agent muxhost started
 
         def collect(table: procs.ProcessTable) -> list[procs.Proc]:
             found = list(procs.marked(rec.id, table, since=rec.launched_at))
             if root is not None:
                 found += table.tree_of(root.key)
-            for key in rec.pids:  # the process muxhost started, even where no pane shows it
-                found += table.tree_of((int(key[0]), key[1])) if len(key) == 2 else []
+            for key in started:  # the process muxhost started, while it lives, its pane shown or not
+                found += table.tree_of(key)
             return found
 
         def close(panes_now: Callable[[Backend], list[PaneInfo]]) -> None:
@@ -139,7 +179,7 @@ class LadderOps:
         victims = {p.key: p for p in [*view.table.tree(root.pid if root else None), *collect(view.table)]}
         note = f"the agent had already exited; {left_alone(foreign)}" if foreign else ""
         return _Target(f"record {rec.id}", backend, pane.pane_id if pane else None, agent, agent_proc,
-                       victims, collect, close, self.exit_pause(agent), note=note)
+                       victims, collect, close, self.exit_pause(agent), note=note, keeps_pane=keep_pane)
 
     def _ladder(self, targets: list["_Target"], grace: float | None) -> None:
         """Steps 1-5 of the ladder for every target at once. ``collect(table)`` lists every process
@@ -147,6 +187,14 @@ class LadderOps:
         (or its error)."""
         t0 = time.monotonic()
         exit_grace = self.stop_setting("exit_grace") if grace is None else grace
+        for t in targets:
+            _spare_self(t)
+        if any(procs.spared(k) for t in targets for k in t.victims):
+            # this muxhost runs inside a pane it stops (an agent stopping itself): closing the pane
+            # hangs it up, and the agent may end its tools as it goes; the ladder finishes first
+            with contextlib.suppress(ValueError, OSError):  # (not the main thread)
+                signal.signal(signal.SIGHUP, signal.SIG_IGN)
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
         def done(t: _Target, outcome: str) -> None:
             t.outcome, t.seconds = outcome, round(time.monotonic() - t0, 3)
@@ -178,13 +226,13 @@ class LadderOps:
                         except MuxhostError:
                             pass
         # 2. wait for every process of each agent to end
-        for t in self._wait_gone(typed, lambda t: t.victims, exit_grace):
+        for t in self._wait_gone(typed, lambda t: t.victims, exit_grace, grow=True):
             done(t, "exit")
         table = procs.ProcessTable.snapshot()
         for t in targets:
             if t.outcome is None:
                 # the whole set again, just before step 3: children started meanwhile count too
-                t.victims.update({p.key: p for p in t.collect(table)})
+                _grow(t, table)
                 if not procs.alive(t.victims):
                     done(t, "exit")
         # 3. close every pane (or session)
@@ -206,19 +254,30 @@ class LadderOps:
             if t.outcome is not None:
                 # it ended, but did it leave anything behind (a detached exit hook, a tool)? the
                 # ladder goes on for those
-                stragglers = procs.alive({p.key: p for p in t.collect(table)})
+                before = dict(t.victims)
+                t.victims = {}
+                _grow(t, table, also=before)
+                stragglers = procs.alive(t.victims)
                 if stragglers:
                     t.victims, t.outcome = {k: None for k in stragglers}, None
+            else:
+                _grow(t, table)
         left = [t for t in targets if t.outcome is None]
-        for t in self._wait_gone(left, lambda t: t.victims, self.stop_setting("hup_grace")):
+        for t in self._wait_gone(left, lambda t: t.victims, self.stop_setting("hup_grace"), grow=True):
             done(t, "hup")
         left = [t for t in left if t.outcome is None]
-        # 4. SIGTERM to every survivor
+        # 4. SIGTERM to every survivor, the agent's children before the agent (while it lives,
+        # what they leave behind is re-parented to it, where the next look finds it). This
+        # muxhost and its ancestors are never signalled (procs.lineage): they are set aside
+        spared: dict[int, list[tuple[int, float]]] = {}
         for t in left:
-            t.victims = {k: None for k in procs.alive(t.victims)}
+            alive = procs.alive(t.victims)
+            spared[id(t)] = [k for k in alive if procs.spared(k)]
+            root = t.agent_proc.key if t.agent_proc is not None else None
+            t.victims = {k: None for k in sorted(alive, key=lambda k: k == root) if not procs.spared(k)}
             for key in t.victims:
                 procs.signal_if_same(*key, procs.SIGTERM)
-        for t in self._wait_gone(left, lambda t: t.victims, self.stop_setting("term_grace")):
+        for t in self._wait_gone(left, lambda t: t.victims, self.stop_setting("term_grace"), grow=True):
             done(t, "term")
         # 5. SIGKILL to every survivor, and whatever they started meanwhile
         left = [t for t in left if t.outcome is None]
@@ -226,6 +285,15 @@ class LadderOps:
             self._kill_all(left)
             for t in left:
                 done(t, "kill")
+        for t in targets:
+            # the ancestors of this muxhost that are the agent's: closing the pane ends them (sleep:
+            # the stub's respawn does); one that outlived that is said, never signalled
+            still = procs.alive(spared.get(id(t), ()))
+            if still and not t.keeps_pane and t.error is None:
+                pids = ", ".join(str(pid) for pid, _ in sorted(still))
+                t.error = MuxhostError(f"{t.what}: processes {pids} still run: they are this muxhost's own "
+                                       "ancestors (it runs inside the agent's pane), which it never signals; "
+                                       "stop it from outside the agent")
 
     @staticmethod
     def _batched(targets: list["_Target"]) -> contextlib.ExitStack:
@@ -237,13 +305,20 @@ class LadderOps:
 
     @staticmethod
     def _wait_gone(targets: list["_Target"], keys: Callable[["_Target"], dict], timeout: float,
-                   interval: float = 0.05) -> list["_Target"]:
+                   interval: float = 0.05, grow: bool = False) -> list["_Target"]:
         """Wait up to ``timeout`` for every process of each target to end (one poll for all);
-        return the targets that ended, as they end."""
+        return the targets that ended, as they end. With ``grow``, every :data:`GROW_EVERY`
+        seconds a new look adds what each target's processes started meanwhile (:func:`_grow`)."""
         ended: list[_Target] = []
         waiting = list(targets)
         deadline = time.monotonic() + timeout
+        grown = time.monotonic()
         while waiting:
+            if grow and time.monotonic() - grown >= GROW_EVERY:
+                table = procs.ProcessTable.snapshot()
+                for t in waiting:
+                    _grow(t, table, marked=False)  # (trees only: no environment scan each time)
+                grown = time.monotonic()
             for t in list(waiting):
                 if not procs.alive(keys(t)):
                     waiting.remove(t)
@@ -257,16 +332,28 @@ class LadderOps:
     def _kill_all(targets: list["_Target"]) -> None:
         """SIGKILL every survivor of every target, and whatever they start meanwhile (their trees
         and every process carrying their record), until none is left; one process-table pass per
-        round for all targets. A target whose processes survive ten rounds gets an error."""
-        keys = {id(t): set(procs.alive(t.victims)) for t in targets}
+        round for all targets. Each round first freezes them (SIGSTOP, looking again until a look
+        finds nothing new: a stopped process starts nothing and orphans nothing), then kills them
+        all. This muxhost and its ancestors are never among them. A target whose processes
+        survive ten rounds gets an error."""
+        keys = {id(t): {k for k in procs.alive(t.victims) if not procs.spared(k)} for t in targets}
         for _ in range(10):
-            table = procs.ProcessTable.snapshot()
+            for _ in range(20):
+                table = procs.ProcessTable.snapshot()
+                new = False
+                for t in targets:
+                    mine = keys[id(t)]
+                    found = {p.key for key in list(mine) for p in table.tree_of(key)}
+                    found.update(p.key for p in t.collect(table))
+                    found = {k for k in found - mine if not procs.spared(k)}
+                    new = new or bool(found)
+                    mine.update(found)
+                    for key in mine:
+                        procs.signal_if_same(*key, procs.SIGSTOP)
+                if not new:
+                    break
             for t in targets:
-                mine = keys[id(t)]
-                for key in list(mine):
-                    mine.update(p.key for p in table.tree_of(key))
-                mine.update(p.key for p in t.collect(table))
-                for key in mine:
+                for key in keys[id(t)]:
                     procs.signal_if_same(*key, procs.SIGKILL)
             left = set(procs.wait_gone({k for ks in keys.values() for k in ks}, 2.0))
             keys = {i: ks & left for i, ks in keys.items()}
@@ -297,3 +384,27 @@ class LadderOps:
         if t.error is not None:
             raise t.error
         return t.outcome, t.seconds
+
+
+#: seconds between two looks for new processes of a target while the ladder waits
+GROW_EVERY = 0.25
+
+
+def _grow(t: "_Target", table: procs.ProcessTable, also: dict | None = None, marked: bool = True) -> None:
+    """Add to ``t.victims`` every process of the target in ``table``: what ``collect`` finds (with
+    ``marked``), and the tree of every process known to be its own (``also`` too) — a tool of a
+    tool that its agent no longer parents is still under the one that started it. This muxhost
+    itself never."""
+    known = [*t.victims, *(also or ())]
+    found = {p.key: p for p in t.collect(table)} if marked else {}
+    for key in known:
+        found.update({p.key: p for p in table.tree_of(key)})
+    t.victims.update(found)
+    _spare_self(t)
+
+
+def _spare_self(t: "_Target") -> None:
+    """This muxhost process is never among a target's processes (it would wait for itself)."""
+    me = os.getpid()
+    for key in [k for k in t.victims if k[0] == me]:
+        del t.victims[key]

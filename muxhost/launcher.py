@@ -10,7 +10,8 @@ exactly the file's environment plus the few variables the multiplexer sets for t
 else the multiplexer handed the pane (tmux: its server's stale environment) is dropped.
 
 The launcher runs once per pane start, so it imports only ``os`` and ``sys`` (``-S``: no site, about
-10 ms); ``-I`` keeps the pane's stale ``PYTHON*`` variables and this folder off its path.
+10 ms; on Linux also ``_ctypes``, for :func:`_subreaper`); ``-I`` keeps the pane's stale ``PYTHON*``
+variables and this folder off its path.
 """
 
 from __future__ import annotations
@@ -144,6 +145,34 @@ def _fail(text: str) -> int:
     return 127
 
 
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _subreaper() -> None:
+    """Linux: make this process (the agent, after the exec: the flag survives it) its orphans'
+    parent, so a descendant that left the tree (``setsid``, a double fork) and cleared its
+    environment is still in the agent's process tree, where the stop ladder finds it. Elsewhere
+    (macOS has no such thing) nothing: the ladder has the tree and ``MUXHOST_RECORD`` only."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:  # prctl(2) through _ctypes: `ctypes` itself would cost this launcher several times its start-up
+        import _ctypes
+
+        class _Int(_ctypes._SimpleCData):
+            _type_ = "i"
+
+        class _Fn(_ctypes.CFuncPtr):
+            _flags_ = _ctypes.FUNCFLAG_CDECL
+            _restype_ = _Int
+
+        class _Libc:
+            _handle = _ctypes.dlopen(None)
+
+        _Fn(("prctl", _Libc()))(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (ImportError, OSError, AttributeError, TypeError):
+        pass  # (no libc to ask: the tree and the marker still hold)
+
+
 def main(args: list[str] | None = None) -> int:
     """``launcher.py FILE``: read FILE, delete it, and become the agent it names (never returns
     then); 127 with one line on stderr when that cannot be done."""
@@ -179,6 +208,7 @@ def main(args: list[str] | None = None) -> int:
         os.chdir(cwd)
     except OSError as e:
         return _fail(f"cannot enter {os.fsdecode(cwd)}: {e.strerror}")
+    _subreaper()
     try:
         os.execvpe(argv[0], argv, env)  # argv[0] is looked up on the agent's PATH
     except OSError as e:

@@ -7,8 +7,10 @@ A pid is only ever signalled when its create time still matches the one we saw (
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
+import shutil
 import signal
 import time
 from typing import Iterable
@@ -132,6 +134,8 @@ class ProcessTable:
             if cur in seen or cur not in self.procs:
                 continue
             seen.add(cur)
+            if cur != root.pid and is_tmux_server(self.procs[cur]):
+                continue  # a tmux server the tree started (re-parented to it) and its panes are not its
             out.append(self.procs[cur])
             stack.extend(self._children.get(cur, ()))
         return out
@@ -148,11 +152,11 @@ class ProcessTable:
         return self.tree(key[0])
 
     def under_tmux(self, pid: int) -> bool:
-        """True when a tmux server is this process or one of its ancestors."""
+        """True when a tmux server (:func:`is_tmux_server`) is this process or one of its ancestors."""
         seen = set()
         p = self.get(pid)
         while p is not None and p.pid not in seen and p.pid > 1:
-            if p.name.startswith("tmux"):
+            if is_tmux_server(p):
                 return True
             seen.add(p.pid)
             p = self.get(p.ppid)
@@ -244,11 +248,51 @@ def argv_holders(token: str, table: ProcessTable | None = None, exclude: Iterabl
     return impl(token, table, exclude)
 
 
+@functools.lru_cache(maxsize=1)
+def _tmux_program() -> str | None:
+    """The real path of the tmux program on our PATH (the one the tmux backend runs), or None."""
+    found = shutil.which("tmux")
+    return os.path.realpath(found) if found else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _runs_tmux(pid: int, create_time: float) -> bool:
+    try:
+        ps = psutil.Process(pid)
+        if abs(ps.create_time() - create_time) > _CT_TOLERANCE:
+            return False
+        program = _tmux_program()
+        return program is not None and os.path.realpath(ps.exe()) == program
+    except _GONE:
+        return False
+
+
+def is_tmux(p: Proc) -> bool:
+    """True when ``p`` runs the tmux program itself (a client or a server). Judged by the
+    executable the kernel runs, never by a name or an argv the process chose (``tmuxsleep``, a copy
+    of another program named ``tmux``); anything that cannot be proven is not tmux."""
+    looks = p.name.startswith("tmux") or (p.cmdline and os.path.basename(p.cmdline[0]) == "tmux")
+    return bool(looks) and _runs_tmux(p.pid, p.create_time)
+
+
+def is_tmux_server(p: Proc) -> bool:
+    """True when ``p`` is a tmux server: it runs the tmux program (:func:`is_tmux`) and leads its
+    own session (a server daemonizes; a client runs in its shell's session). The stop ladder and
+    the record's environment never take such a server, nor the panes under it, for an agent's
+    processes — and nothing else: a process that only names itself ``tmux…`` is the agent's."""
+    if not p.name.startswith("tmux") or not is_tmux(p):
+        return False
+    try:
+        return os.getsid(p.pid) == p.pid
+    except OSError:
+        return False
+
+
 def is_muxhost(p: Proc) -> bool:
     # Our own CLI processes (`muxhost purge --conversation ID`) name the id but hold nothing; so does
     # the tmux server, whose argv is still that of the `tmux new-session … -- agent --id ID` that
     # started it.
-    if p.name.startswith("tmux") or (p.cmdline and os.path.basename(p.cmdline[0]) == "tmux"):
+    if is_tmux(p):
         return True
     args = [os.path.basename(a) for a in p.cmdline[:3]]
     return "muxhost" in args or (len(p.cmdline) > 2 and p.cmdline[1:3] == ("-m", "muxhost"))
@@ -291,9 +335,44 @@ def same_process(pid: int, create_time: float) -> bool:
         return False
 
 
+_LINEAGE: tuple[int, set[tuple[int, float]]] | None = None
+
+
+def lineage() -> set[tuple[int, float]]:
+    """(pid, create time) of this process and of each of its ancestors (taken once per process).
+    They are never signalled (:func:`signal_if_same`): a muxhost run inside an agent's pane is in
+    that pane's tree, and a stop of that agent must not end the muxhost that runs it."""
+    global _LINEAGE
+    if _LINEAGE is None or _LINEAGE[0] != os.getpid():
+        keys: set[tuple[int, float]] = set()
+        try:
+            me = psutil.Process()
+            for p in [me, *me.parents()]:
+                try:
+                    keys.add((p.pid, p.create_time()))
+                except _GONE:
+                    continue
+        except _GONE:
+            pass
+        _LINEAGE = (os.getpid(), keys)
+    return _LINEAGE[1]
+
+
+def _in(key: tuple[int, float], keys: Iterable[tuple[int, float]]) -> bool:
+    return any(pid == key[0] and abs(ct - key[1]) <= _CT_TOLERANCE for pid, ct in keys)
+
+
+def spared(key: tuple[int, float]) -> bool:
+    """True for this muxhost process and its ancestors (:func:`lineage`)."""
+    return _in(key, lineage())
+
+
 def signal_if_same(pid: int, create_time: float, sig: int) -> bool:
-    """Send ``sig`` to ``pid`` only if it is still the process that had ``create_time``.
-    Returns True when the signal was sent."""
+    """Send ``sig`` to ``pid`` only if it is still the process that had ``create_time``, and is
+    neither this process nor one of its ancestors (:func:`lineage`). Returns True when the signal
+    was sent."""
+    if spared((pid, create_time)):
+        return False
     try:
         p = psutil.Process(pid)
         if abs(p.create_time() - create_time) > _CT_TOLERANCE:
@@ -333,3 +412,4 @@ def marked(record_id: str, table: ProcessTable, since: float | None = None) -> l
 SIGHUP = signal.SIGHUP
 SIGTERM = signal.SIGTERM
 SIGKILL = signal.SIGKILL
+SIGSTOP = signal.SIGSTOP

@@ -72,14 +72,17 @@ class PurgeOps:
         return locks.conversation(Path(self.store.path).parent / "locks", agent, conversation_id, purpose)
 
     @contextlib.contextmanager
-    def record_locks(self, records: list[Record], purpose: str) -> Iterator[dict[str, MuxhostError]]:
+    def record_locks(self, records: list[Record], purpose: str,
+                     timeout: float | None = None) -> Iterator[dict[str, MuxhostError]]:
         """Hold the per-record locks (:func:`muxhost.locks.records`) of ``records``, each record
         then read again (into the caller's objects: it prints them) as whoever held the lock before
         left it. Yields those left alone, with their error: another muxhost held the lock too long
-        (exit 4), or removed the record meanwhile (exit 3)."""
+        (exit 4; ``timeout``: the wait, default :data:`muxhost.locks.RECORD_WAIT`), or removed the
+        record meanwhile (exit 3)."""
         from muxhost import locks
 
-        with locks.records(Path(self.store.path).parent / "locks", [r.id for r in records], purpose) as busy:
+        with locks.records(Path(self.store.path).parent / "locks", [r.id for r in records], purpose,
+                           timeout) as busy:
             left: dict[str, MuxhostError] = dict(busy)
             for r in records:
                 if r.id in left:

@@ -18,7 +18,8 @@ from muxhost.store import Record
 
 STARTING_GRACE = 30.0  # a `starting` record without a pane after this long is lost
 #: the states `ls` shows without --all, and `stop --all` stops: an agent (or its stub) may be there
-LIVE_STATES = ("running", "exited", "starting", "asleep")
+#: (`stopping`: a stop under way, or one cut short that the next `ls` or `stop` finishes)
+LIVE_STATES = ("running", "exited", "starting", "asleep", "stopping")
 
 
 @dataclass
@@ -192,8 +193,8 @@ class StateOps:
             state = "running" if tree else "exited"
         elif pane is not None:
             state = "exited"
-        elif rec.state == "stopped":
-            state = "stopped"
+        elif rec.state in ("stopped", "stopping"):
+            state = rec.state
         elif rec.state == "starting" and time.time() - rec.created_at < STARTING_GRACE:
             state = "starting"
         elif rec.state == "running" and not self.backend_of(rec).keeps_dead_panes and view.server_running(
@@ -307,8 +308,12 @@ class StateOps:
         return [lv.rec for lv in lives if lv.state in LIVE_STATES], view
 
     def ls(self) -> list[Live]:
-        """Every record, judged: its live state, conversation (refreshed), resumable, activity."""
+        """Every record, judged: its live state, conversation (refreshed), resumable, activity.
+        A stop cut short (``stopping``, its lock free) is finished first."""
         records = self.store.all()
+        if any(r.state == "stopping" for r in records):
+            self.finish_stops([r for r in records if r.state == "stopping"])
+            records = self.store.all()
         view = self.view(records)
         lives = [self.live(r, view, check_resumable=False) for r in records]
         for lv in lives:

@@ -88,7 +88,7 @@ class Record:
     launched_at: float
     backend: str = "tmux"
     socket: str | None = None
-    state: str = "starting"          # stored: starting | running | asleep | stopped
+    state: str = "starting"          # stored: starting | running | asleep | stopping | stopped
     conversation_id: str | None = None
     conversations: list[str] = field(default_factory=list)  # every id it has been in, oldest first
     env: dict[str, str] = field(default_factory=dict)
@@ -113,6 +113,12 @@ class Record:
         for k in _JSON_FIELDS:
             data[k] = json.loads(data[k]) if data.get(k) else ({} if k == "env" else None if k == "worktree" else [])
         data["created_session"] = bool(data["created_session"])
+        for k, kind in (("env", dict), ("argv", list), ("pids", list), ("conversations", list),
+                        ("worktree", (dict, type(None)))):
+            if not isinstance(data[k], kind):
+                raise TypeError(f"{k} is a {type(data[k]).__name__}")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in data["env"].items()):
+            raise TypeError("env holds a value that is not a string")
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -226,6 +232,8 @@ def _private(path: Path, mode: int) -> None:
 class Store:
     def __init__(self, path: str | os.PathLike | None = None):
         self.timeout = lock_timeout()
+        #: records :meth:`all` skipped because their row is damaged: {record id: what is wrong}
+        self.damaged: dict[str, str] = {}
         if path is None:
             path = self._state_folder() / "state.db"
         elif Path(path).parent.is_dir():
@@ -408,7 +416,14 @@ class Store:
     def all(self) -> list[Record]:
         with self._errors():
             rows = self.con.execute("SELECT * FROM records ORDER BY created_at, id").fetchall()
-        return [self._record(r) for r in rows]
+        out = []
+        for row in rows:  # one damaged row never hides the others: it is skipped, and said (damaged)
+            try:
+                out.append(self._record(row))
+            except MuxhostError as e:
+                cause = e.__cause__
+                self.damaged[str(dict(row).get("id"))] = f"{type(cause).__name__}: {cause}" if cause else str(e)
+        return out
 
     def version(self) -> int:
         """A number that changes whenever another connection commits (``PRAGMA data_version``): a
