@@ -489,6 +489,9 @@ def _outcomes(records, results, args, single: bool, done: str) -> int:
         for rec, r in zip(records, results):
             if isinstance(r, MuxhostError):  # (most errors name the record already)
                 print(f"muxhost: {r}" if rec.id in str(r) else f"muxhost: {rec.name} ({rec.id}): {r}", file=sys.stderr)
+            elif r.already == "stopped":
+                print(f"{rec.name} ({rec.id}) was stopped already")
+                continue
             elif ASLEEP_ALREADY in r.notes:
                 print(f"{rec.name} ({rec.id}) was asleep already")
                 continue

@@ -100,11 +100,14 @@ class LadderOps:
         since = min((r.launched_at for r in records), default=0.0)
         view.table.marked_index(since)  # one environment scan serves every record
         targets = [self._stop_target(rec, view, keep_panes) for rec in records]
+        # stopped already, and nothing of it left: said so, its record (its last stop's outcome) kept
+        already = {rec.id for rec, lv, t in zip(records, lives, targets)
+                   if lv.state == "stopped" and t.pane_id is None and not t.victims}
         if not keep_panes:
             # the intent first: a stop cut short (kill -9, Ctrl-C, a full disk) leaves `stopping`,
             # which `restore` never starts again and the next `ls` or `stop` finishes
             for rec in records:
-                if rec.state != "stopping":
+                if rec.state != "stopping" and rec.id not in already:
                     try:
                         self.store.update(rec, state="stopping")
                     except MuxhostError:
@@ -119,6 +122,11 @@ class LadderOps:
                 out.append(t.error)
                 continue
             agent = self.registry.agents.get(rec.agent)
+            if rec.id in already:
+                result = Live(rec, "stopped", None, [], already="stopped")
+                result.resumable = self._resumable(agent, rec, result)
+                out.append(result)
+                continue
             now = time.time()
             try:
                 if keep_panes:

@@ -139,7 +139,7 @@ class Live:
     warnings: list[dict[str, str]] = field(default_factory=list)  # plugin hooks that failed for it
     activity: str | None = None          # working | waiting | idle | stalled (muxhost.activity), when running
     activity_since: float | None = None  # epoch seconds it has held since (None: unknown)
-    already: str | None = None  # a wake of a record awake already ("awake"): nothing was done
+    already: str | None = None  # a wake of one awake ("awake"), a stop of one stopped ("stopped"): nothing done
 
     def to_dict(self) -> dict[str, Any]:
         r = self.rec
@@ -161,6 +161,8 @@ class Live:
             d["outcome"], d["seconds"] = r.outcome, r.seconds
         if self.notes:
             d["notes"] = list(self.notes)
+        if self.already:
+            d["already"] = self.already
         return d
 
 

@@ -130,3 +130,16 @@ def test_a_process_started_while_exiting_is_stopped_too(mux, tmp_path):
     hook = int(pidfile.read_text())
     assert not _alive(hook)
     assert out["outcome"] in ("hup", "term")  # not "exit": something had to be ended
+
+
+def test_a_stop_of_a_stopped_record_says_so_and_keeps_its_outcome(mux):
+    rec = mux.ok("launch", "demo", "--json")
+    mux.wait_screen(rec["pane"], "demo>")
+    first = mux.ok("stop", rec["id"], "--json")
+    assert first["outcome"] == "exit"
+    again = mux.run("stop", rec["id"])
+    assert again.rc == 0 and again.out.strip() == f"{rec['name']} ({rec['id']}) was stopped already", again
+    doc = mux.ok("stop", rec["id"], "--json")
+    assert doc["already"] == "stopped" and doc["state"] == "stopped"
+    shown = mux.ok("show", rec["id"], "--json")  # the last real stop's outcome, not "exit after 0.00s"
+    assert (shown["outcome"], shown["seconds"]) == (first["outcome"], first["seconds"])
