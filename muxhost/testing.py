@@ -58,6 +58,18 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: floa
         time.sleep(interval)
 
 
+def one_line_error(r: "Result", code: int, *needles: str) -> str:
+    """``r`` failed with exit ``code`` and exactly one ``muxhost:`` line on stderr (no traceback),
+    holding every one of ``needles``; returns that line."""
+    assert r.rc == code, (r.rc, r.out, r.err)
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("muxhost: "), r.err
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    assert "Traceback" not in r.err
+    return lines[0]
+
+
 def tree_hash(*roots: str | os.PathLike, skip: tuple[str, ...] = (),
               sizes: dict[str, int] | None = None) -> dict[str, str]:
     """``{path: sha256}`` for every file (and ``path/: dir`` for folders) under the roots — compare

@@ -243,25 +243,22 @@ class WorktreeOps:
                                    f"remove the folder yourself, then rm again; nothing was removed")
             ours = registered(wt["repo"], wt["path"])
             if ours and not force:
-                dirty = changes(wt["path"])
-                if dirty:
-                    raise Refused(f"the worktree {wt['path']} has uncommitted changes ({describe(dirty)}); commit "
-                                  f"or remove them, or rm --force; nothing was removed")
-                lost = unreachable_head(wt["path"])
-                if lost:
-                    raise Refused(f"the worktree {wt['path']} is at commit {lost[:12]}, which is on no branch: "
-                                  f"removing it would lose it; put it on one (git -C {wt['path']} branch NAME), "
-                                  f"or rm --force; nothing was removed")
-                only = reflog_only(wt)
-                if only:
-                    raise Refused(f"the worktree {wt['path']} has {len(only)} commit(s) only a reflog names (newest "
-                                  f"{only[0][:12]}, e.g. after a `git reset`): removing it would lose them; keep "
-                                  f"them (git -C {wt['repo']} branch keep {only[0]}), or rm --force; nothing was removed")
-                nested = nested_repo(wt["path"])
-                if nested:
-                    raise Refused(f"the worktree {wt['path']} holds another git repository, {nested}: removing it "
-                                  f"would lose that repository's history; move it out of the worktree, or "
-                                  f"rm --force; nothing was removed")
+                # what removing the folder would lose, each with how to keep it (the first found refuses)
+                refusals = (
+                    (lambda: changes(wt["path"]), lambda dirty: f"has uncommitted changes ({describe(dirty)}); "
+                     "commit or remove them"),
+                    (lambda: unreachable_head(wt["path"]), lambda lost: f"is at commit {lost[:12]}, which is on no "
+                     f"branch: removing it would lose it; put it on one (git -C {wt['path']} branch NAME)"),
+                    (lambda: reflog_only(wt), lambda only: f"has {len(only)} commit(s) only a reflog names (newest "
+                     f"{only[0][:12]}, e.g. after a `git reset`): removing it would lose them; keep them "
+                     f"(git -C {wt['repo']} branch keep {only[0]})"),
+                    (lambda: nested_repo(wt["path"]), lambda nested: f"holds another git repository, {nested}: "
+                     "removing it would lose that repository's history; move it out of the worktree"),
+                )
+                for find, say in refusals:
+                    found = find()
+                    if found:
+                        raise Refused(f"the worktree {wt['path']} {say(found)}, or rm --force; nothing was removed")
         self.refuse_alive(rec, self.registry.agents.get(rec.agent),
                           [*([rec.conversation_id] if rec.conversation_id else []), *rec.conversations],
                           then="; nothing was removed")

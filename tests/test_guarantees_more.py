@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from muxhost import locks
-from muxhost.testing import Watching, install_plugin, wait_for
+from muxhost.testing import Watching, install_plugin, one_line_error, wait_for
 
 KIT = textwrap.dedent('''
     """muxhost-morekit: agents for tests/test_guarantees_more.py.
@@ -112,12 +112,6 @@ def records(mux, kit):
     return {r["id"]: r for r in mux.ok("ls", "--all", "--json", env=kit)}
 
 
-def one_line_error(r, code, *needles):
-    assert r.rc == code, (r.rc, r.out, r.err)
-    lines = r.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("muxhost: "), r.err
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
 
 
 # -- a launch by the agent's own resume flag takes the conversation's lock --------------------------

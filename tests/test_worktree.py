@@ -8,6 +8,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from muxhost.testing import one_line_error
+
 GIT_ENV = {"GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.com", "GIT_COMMITTER_NAME": "Test",
            "GIT_COMMITTER_EMAIL": "test@example.com", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
 
@@ -51,13 +53,6 @@ def launched(mux, repo, name="feat"):
     return rec
 
 
-def one_line_error(r, code, *needles):
-    assert r.rc == code, (r.rc, r.out, r.err)
-    lines = r.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("muxhost: "), r.err
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
-    assert "Traceback" not in r.err
 
 
 # -- launch --worktree ------------------------------------------------------------------------------
