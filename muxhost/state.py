@@ -282,10 +282,16 @@ class StateOps:
                            key=lambda lv: (lv.rec.conversation_id is not None, -lv.rec.launched_at))
             answers: dict[str, str | None] = {}
             handed: dict[str, str] = {}  # id -> record id, in this refresh
+            live_ids = {lv.rec.id for lv in group if lv.state in ("running", "starting")}
             for lv in asked:
-                claimed = {c for c, ids in owner.items() if ids - {lv.rec.id}} | {c for c, r in handed.items() if r != lv.rec.id}
+                others_own = {c for c, ids in owner.items() if ids - {lv.rec.id}}
+                # never: an id another live record is in, or one handed out in this refresh
+                taken = {c for c in others_own if (owner[c] - {lv.rec.id}) & live_ids} | \
+                    {c for c, r in handed.items() if r != lv.rec.id}
+                claimed = others_own | taken
+                ctx = self.context(lv.rec, [p.pid for p in lv.tree], claimed, table)
                 try:
-                    cid = agent.discover(self.context(lv.rec, [p.pid for p in lv.tree], claimed, table))
+                    cid = agent.discover(ctx)
                 except Exception as e:
                     self.warn(name, "discover", e, lv.rec, lv)
                     continue
@@ -293,13 +299,29 @@ class StateOps:
                     self.warn(name, "discover", ValueError(f"returned an invalid id {cid!r}"), lv.rec, lv)
                     continue
                 answers[lv.rec.id] = cid
-                if cid and cid != lv.rec.conversation_id and cid not in claimed:
+                if cid and cid != lv.rec.conversation_id and cid not in taken:
+                    # an id a record that does not run owns (stopped, asleep, lost): only with proof that
+                    # this agent holds it now (an in-session `/resume ID`), never on a plugin's guess
+                    if cid in claimed and not self._holds(agent, ctx, cid, lv):
+                        continue
                     handed[cid] = lv.rec.id
             for cid, rid in handed.items():
                 rec = by_id[rid].rec
                 if rec.conversation_id and any(o != rid and answer == cid for o, answer in answers.items()):
                     continue  # a move onto an id another record's discover also gives: ambiguous, no move
                 self.store.update(rec, conversation_id=cid)
+
+    def _holds(self, agent: Agent, ctx: AgentContext, cid: str, lv: Live) -> bool:
+        """The plugin's ``in_use`` names a process of ``lv``'s agent (``pid N …``) as a holder of
+        ``cid``: proof, not a guess, that the agent is in that conversation now."""
+        import re
+
+        mine = {p.pid for p in lv.tree}
+        try:
+            held = agent.in_use(ctx, cid) or []
+        except Exception:
+            return False
+        return any(int(m.group(1)) in mine for h in held if (m := re.match(r"pid (\d+)\b", str(h))))
 
     def live_records(self) -> tuple[list[Record], View]:
         """The records whose agent may still be there (``running``, ``exited``, ``starting``), and the

@@ -388,8 +388,8 @@ class ClaudeAgent(muxhost.Agent):
         claimed = set(ctx.claimed or ())
         entry = _live_entry(ClaudePaths(ctx).sessions, ctx.pids, patient=True)
         sid = entry.get("sessionId") if entry else None
-        if self.valid_id(sid) and sid not in claimed:
-            return sid
+        if self.valid_id(sid):  # claude's own word for its own pid, even for a claimed id (an in-session
+            return sid          # /resume of a stopped record's conversation): the host asks in_use for proof
         if ctx.conversation_id and ctx.conversation_id not in claimed:
             return ctx.conversation_id
         return None

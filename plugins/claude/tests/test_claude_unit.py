@@ -223,7 +223,12 @@ def test_discover_follows_registry(agent, tmp_path, sleeper):
     _registry(home, sleeper.pid, B, procStart=_proc_start(sleeper.pid), startedAt=int(time.time() * 1000))
     ctx = _ctx(home, tmp_path, pids=[sleeper.pid], conversation_id=A)
     assert agent.discover(ctx) == B
-    # never an id another record holds
+    # claude's own registry for its own pid is its word even for a claimed id (an in-session /resume
+    # of a stopped record's conversation): the host moves the record only if in_use proves it
+    ctx.claimed = frozenset({B})
+    assert agent.discover(ctx) == B
+    # without a registry entry: the record's own id, never a claimed one
+    ctx = _ctx(home, tmp_path, pids=[], conversation_id=A)
     ctx.claimed = frozenset({B})
     assert agent.discover(ctx) == A
     ctx.claimed = frozenset({A, B})
