@@ -101,6 +101,26 @@ def test_every_record_owns_its_conversations_in_process(host, tmp_path):
         assert [listed[rid].rec.conversation_id for rid, _ in others] == [cid for _, cid in others]
 
 
+def test_a_stopped_records_conversation_moves_only_with_proof(host, tmp_path, monkeypatch):
+    """A plugin whose discover ignores `claimed` and names a stopped record's conversation: the host
+    moves nobody onto it on that word alone; once in_use names the running agent's own process as
+    its holder (an in-session `/resume ID`), the running record follows it."""
+    agent = host.registry.agents["naive"]
+    a = _naive_live(host, tmp_path, 1)
+    time.sleep(0.02)
+    b = _naive_live(host, tmp_path, 2)
+    b_own = _inprocess.own(host, b)
+    host.stop(b.rec)
+    a_own = _inprocess.own(host, a)
+    monkeypatch.setattr(agent, "discover", lambda ctx: b_own, raising=False)  # a greedy guess
+    holders: list[str] = []
+    monkeypatch.setattr(agent, "in_use", lambda ctx, cid: list(holders) if cid == b_own else [], raising=False)
+    for _ in range(2):
+        assert {lv.rec.id: lv for lv in host.ls()}[a.rec.id].rec.conversation_id == a_own
+    holders.append(f"pid {a.pane.pid} python (its own process)")
+    assert {lv.rec.id: lv for lv in host.ls()}[a.rec.id].rec.conversation_id == b_own
+
+
 def test_a_hand_started_agent_is_never_given_a_stopped_records_conversation(host, tmp_path):
     """locate() of an agent the user started by hand: the conversation of a record started after it
     (the newest in the folder) is claimed though that record is stopped."""
