@@ -58,6 +58,25 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: floa
         time.sleep(interval)
 
 
+def load_module(path: str | os.PathLike):
+    """The module at ``path`` (another test module's helpers and fixtures, a plugin's test kit),
+    loaded once per file: under ``--import-mode=importlib`` test modules cannot import each other."""
+    import importlib.util
+    import re
+
+    path = Path(path).resolve()
+    name = "muxhost_test_module_" + re.sub(r"\W", "_", str(path))
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        sys.modules[name] = module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return sys.modules[name]
+
+
 def one_line_error(r: "Result", code: int, *needles: str) -> str:
     """``r`` failed with exit ``code`` and exactly one ``muxhost:`` line on stderr (no traceback),
     holding every one of ``needles``; returns that line."""

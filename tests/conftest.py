@@ -1,8 +1,9 @@
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
+
+from muxhost.testing import load_module
 
 AGENTS = Path(__file__).parent / "agents"
 # the pane backends the host's lifecycle tests run on (@pytest.mark.every_backend): tmux, the fake
@@ -19,19 +20,9 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("mux", BACKENDS, indirect=True)
 
 
-def _herdr_testing():
-    """plugins/herdr/tests/herdr_testing.py: the herdr_server and herdr_live_server fixtures."""
-    name = "muxhost_herdr_testing"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parent.parent / "plugins" / "herdr" / "tests" / "herdr_testing.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-herdr_server = _herdr_testing().herdr_server
-herdr_live_server = _herdr_testing().herdr_live_server
+_herdr_testing = load_module(Path(__file__).resolve().parent.parent / "plugins" / "herdr" / "tests" / "herdr_testing.py")
+herdr_server = _herdr_testing.herdr_server
+herdr_live_server = _herdr_testing.herdr_live_server
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ lock; `restore` skips a conversation another record runs by itself; `wait --unti
 waits for the agent to start; one deadline for all record locks of a stop; one exit wait for all
 agents of a stop; an `activity` hook that raises is a warning and the watch goes on.
 """
-import importlib.util
 import json
 import sys
 import textwrap
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from muxhost import locks
-from muxhost.testing import Watching, install_plugin, one_line_error, wait_for
+from muxhost.testing import Watching, install_plugin, one_line_error, load_module, wait_for
 
 KIT = textwrap.dedent('''
     """muxhost-morekit: agents for tests/test_guarantees_more.py.
@@ -184,18 +183,8 @@ def test_wait_until_idle_right_after_send_waits_for_an_agent_that_thinks_before_
 
 
 # -- one deadline for all record locks of a stop ---------------------------------------------------
-def _inprocess():
-    """tests/test_inprocess.py (its fake backend and host fixture), loaded by path (the suite
-    imports test modules with importlib: they cannot import each other)."""
-    name = "muxhost_inprocess_tests"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / "test_inprocess.py")
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-host = _inprocess().host
+_inprocess = load_module(Path(__file__).with_name("test_inprocess.py"))
+host = _inprocess.host
 
 
 def test_one_deadline_for_every_record_lock_of_a_stop_of_many(host, tmp_path, monkeypatch):
@@ -204,7 +193,7 @@ def test_one_deadline_for_every_record_lock_of_a_stop_of_many(host, tmp_path, mo
     wait = 2.0
     monkeypatch.setattr(locks, "RECORD_WAIT", wait)
     lives = [host.launch("naive", cwd=str(tmp_path)) for _ in range(2)]
-    _inprocess().wait_files(host, 2)
+    _inprocess.wait_files(host, 2)
     folder = Path(host.store.path).parent / "locks"
     taken = threading.Event()
     release = threading.Event()

@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import psutil
 import pytest
@@ -15,24 +16,12 @@ import pytest
 from muxhost import procs
 from muxhost.errors import MuxhostError
 from muxhost.store import Store
-from muxhost.testing import wait_for
+from muxhost.testing import load_module, wait_for
 
 
 
-def _inprocess():
-    """tests/test_inprocess.py, for its fake backend and its naive agent."""
-    import importlib.util
-    from pathlib import Path
-
-    name = "muxhost_tests_inprocess"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / "test_inprocess.py")
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-host = _inprocess().host  # the fixture: the real host on a fake backend, with the naive agent
+_inprocess = load_module(Path(__file__).with_name("test_inprocess.py"))
+host = _inprocess.host  # the fixture: the real host on a fake backend, with the naive agent
 
 
 def _alive(pid: int) -> bool:

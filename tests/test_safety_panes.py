@@ -11,28 +11,17 @@ import os
 import signal
 import sqlite3
 import sys
+from pathlib import Path
 import time
 
 import psutil
 import pytest
 
-from muxhost.testing import wait_for
+from muxhost.testing import load_module, wait_for
 
 
-def _sibling(module: str):
-    """Another test module of this folder (its helpers and fixtures), loaded once."""
-    import importlib.util
-
-    name = f"muxhost_{module}_tests"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(__file__), f"{module}.py"))
-        sys.modules[name] = loaded = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(loaded)
-    return sys.modules[name]
-
-
-demo, row, alive = _sibling("test_fleet").demo, _sibling("test_fleet").row, _sibling("test_fleet").alive
-host = _sibling("test_inprocess").host  # the in-process host on a fake backend (a fixture)
+demo, row, alive = load_module(Path(__file__).with_name("test_fleet.py")).demo, load_module(Path(__file__).with_name("test_fleet.py")).row, load_module(Path(__file__).with_name("test_fleet.py")).alive
+host = load_module(Path(__file__).with_name("test_inprocess.py")).host  # the in-process host on a fake backend (a fixture)
 
 
 def key(pid):
@@ -216,7 +205,7 @@ def test_the_rule_is_the_hosts_on_any_backend(host):
 
     fake = host.fake
     live = host.launch("naive", cwd=os.path.dirname(host.store.path))
-    _sibling("test_inprocess").wait_files(host, 1)
+    load_module(Path(__file__).with_name("test_inprocess.py")).wait_files(host, 1)
     pane = live.pane.pane_id
     agent = fake.procs[pane]
     agent.stdin.write("/exit\n")

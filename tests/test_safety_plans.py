@@ -3,7 +3,6 @@ resolves it and the place checked is the place touched; hard links the plan does
 own backups of an interrupted shared-file rewrite, and a kill -9 at any step of one.
 
 Built on the tiny agent and the typed plugin of tests/test_plans.py."""
-import importlib.util
 import json
 import os
 import select
@@ -17,17 +16,10 @@ import pytest
 
 from muxhost import plans
 from muxhost.artifacts import Dir, File, FlockFile, JsonMember, Lines, MkdirLock, Rows
-from muxhost.testing import tree_hash
+from muxhost.testing import load_module, tree_hash
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("muxhost_test_plans", Path(__file__).parent / "test_plans.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_tp = _load()
+_tp = load_module(Path(__file__).with_name("test_plans.py"))
 Toy, plan, purge, make_db, count, make_family = _tp.Toy, _tp.plan, _tp.purge, _tp.make_db, _tp.count, _tp.make_family
 ctx, data, outside, typedkit, kit = _tp.ctx, _tp.data, _tp.outside, _tp.typedkit, _tp.kit
 HISTORY, KEPT = _tp.HISTORY, _tp.KEPT
@@ -293,8 +285,6 @@ def test_a_file_the_agent_wrote_anew_since_the_crash_is_never_put_back(ctx, data
     """Killed mid-rewrite, then the agent wrote its file anew (claude rewrites ~/.claude.json whole):
     the next purge keeps the agent's new content (less the conversation's member), never the
     backup's older copy; the backup goes."""
-    import json
-
     name, old, _ = CASES["JsonMember"]
     (data / name).write_bytes(old)
     kill_at(step, "JsonMember", ctx.home, data / name)

@@ -1,7 +1,6 @@
 """Safety of who owns what (issue 17 items 1, 7, 8, 17; issue 18 items 5, 6): a conversation stays
 with every record that has been in it, whatever that record's state; the purge key purges what was
 confirmed; an explicit --home wins; a REF never picks one of several records without a word."""
-import importlib.util
 import os
 import subprocess
 import sys
@@ -12,23 +11,15 @@ import pytest
 
 from muxhost.errors import NotFound, UsageError
 from muxhost.store import Record, Store
-from muxhost.testing import wait_for
-
-
-def _tests(name: str):
-    """Another test module of this folder, loaded for its helpers and fixtures (not collected twice)."""
-    spec = importlib.util.spec_from_file_location(f"muxhost_refs_{name}", Path(__file__).with_name(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from muxhost.testing import load_module, wait_for
 
 
 # the in-process host (tests/test_inprocess.py): a fake backend, real processes, the real host
-_inprocess = _tests("test_inprocess")
+_inprocess = load_module(Path(__file__).with_name("test_inprocess.py"))
 host = _inprocess.host
 # muxhost-testkit (tests/test_hardening.py), an installed plugin package: its `naive` agent's
 # discover is "the newest conversation in my cwd since my launch that is not claimed"
-_hardening = _tests("test_hardening")
+_hardening = load_module(Path(__file__).with_name("test_hardening.py"))
 kit = _hardening.kit
 
 

@@ -1,7 +1,6 @@
 """The herdr backend (muxhost-herdr) against the fake herdr server (herdr_fake.py), and the real
 one where ``herdr`` is on PATH: what differs from tmux and how each fact of herdr 0.8.2 is met.
 The host's lifecycle tests run on herdr too (tests/: ``@pytest.mark.every_backend``)."""
-import importlib.util
 import json
 import os
 import shlex
@@ -15,22 +14,13 @@ import psutil
 import pytest
 
 from muxhost.errors import MuxhostError, UsageError
-from muxhost.testing import Mux, wait_for
+from muxhost.testing import Mux, load_module, wait_for
 from muxhost_herdr import backend as hb
 
 HERE = Path(__file__).resolve().parent
 SERVER_ONLY = "HERDR_FAKE_SERVER_ONLY"  # herdr_testing.STALE: in the herdr server's environment only
 on_herdr = pytest.mark.parametrize("mux", ["herdr"], indirect=True)
 on_any_herdr = pytest.mark.parametrize("mux", ["herdr", "herdr-live"], indirect=True)
-
-
-def _load(name):
-    module = f"muxhost_herdr_{name}"
-    if module not in sys.modules:
-        spec = importlib.util.spec_from_file_location(module, HERE / f"{name}.py")
-        sys.modules[module] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[module])
-    return sys.modules[module]
 
 
 def typed(fake):
@@ -244,7 +234,7 @@ def test_herdr_shows_the_records_agent_and_conversation(mux):
 
 
 def test_keys_are_herdrs_names():
-    fake = _load("herdr_fake")
+    fake = load_module(HERE / "herdr_fake.py")
     for neutral in ("enter", "esc", "tab", "backspace", "up", "down", "left", "right", "ctrl+u", "ctrl+c"):
         assert fake.encode_key(hb.herdr_key(neutral)) is not None, neutral  # herdr's parser takes it
     assert fake.encode_key(hb.herdr_key("ctrl+u")) == b"\x15"
@@ -298,7 +288,7 @@ def test_the_fake_behaves_as_herdr(start_herdr, tmp_path):
 
 
 def test_the_schema_checker_knows_the_keywords_the_schema_uses():
-    sc = _load("schema_check")
+    sc = load_module(HERE / "schema_check.py")
     doc = json.loads((HERE / "herdr-api.schema.json").read_text())
     req = "#/schemas/request"
     assert sc.errors(doc, req, {"id": "1", "method": "ping", "params": {}}) == []
