@@ -247,5 +247,7 @@ def _check(node, shape, key: str, path: str, lines: dict[str, int]):
     if shape == _NUM:
         if not seconds_ok(value):
             raise _fail(path, node, key, f"expected a number of seconds from 0 to {MAX_SECONDS}, got {value!r}")
+        if key == "watch.interval" and not value:  # (a watch that never waits between passes)
+            raise _fail(path, node, key, f"expected more than 0 seconds, got {value!r}")
         return float(value)
     raise AssertionError(shape)

@@ -131,11 +131,14 @@ class Record:
 
 
 def state_dir(env: dict[str, str] | None = None) -> Path:
+    """``$MUXHOST_STATE_DIR``, else ``$XDG_STATE_HOME/muxhost`` (``~/.local/state/muxhost``), its
+    symlinks resolved once, here: every check and every open after this uses the same real path, so
+    a link someone else owns on the way cannot be pointed elsewhere between the check and the open."""
     env = os.environ if env is None else env
     if env.get("MUXHOST_STATE_DIR"):
-        return Path(env["MUXHOST_STATE_DIR"])
+        return Path(os.path.realpath(env["MUXHOST_STATE_DIR"]))
     base = env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "muxhost"
+    return Path(os.path.realpath(os.path.join(base, "muxhost")))
 
 
 def lock_timeout(env: dict[str, str] | None = None) -> float:
@@ -147,8 +150,10 @@ def lock_timeout(env: dict[str, str] | None = None) -> float:
         value = float(raw)
     except ValueError:
         value = -1.0
-    if not 0 <= value < float("inf"):
-        raise UsageError(f"MUXHOST_LOCK_TIMEOUT={raw!r}: expected a number of seconds")
+    from muxhost.config import MAX_SECONDS, seconds_ok
+
+    if not seconds_ok(value):
+        raise UsageError(f"MUXHOST_LOCK_TIMEOUT={raw!r}: expected a number of seconds from 0 to {MAX_SECONDS}")
     return value
 
 
@@ -236,8 +241,10 @@ class Store:
         self.damaged: dict[str, str] = {}
         if path is None:
             path = self._state_folder() / "state.db"
-        elif Path(path).parent.is_dir():
-            _check_state_folder(Path(path).parent)
+        else:
+            path = os.path.realpath(path)  # (as state_dir: resolved once)
+            if Path(path).parent.is_dir():
+                _check_state_folder(Path(path).parent)
         self.path = Path(path)
         with self._errors():
             for p in (self.path, *self._sidecars()):

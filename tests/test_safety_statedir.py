@@ -114,6 +114,25 @@ def test_a_parent_others_could_replace_the_state_folder_in(mux, tmp_path, sticky
     assert os.listdir(parent) == []  # nothing made in it
 
 
+def test_a_state_folder_reached_through_another_users_link_is_judged_where_it_leads(mux, tmp_path):
+    """MUXHOST_STATE_DIR through a symlink in a folder others can write (theirs to re-point): the path
+    is resolved once, its real place is judged and used for every open after that; a link that
+    leads into a folder others can write is refused."""
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    open_ = tmp_path / "open"
+    open_.mkdir()
+    os.chmod(open_, 0o777)
+    (open_ / "to-mine").symlink_to(mine)
+    assert mux.ok("ls", "--all", "--json", env={"MUXHOST_STATE_DIR": str(open_ / "to-mine")}) == []
+    assert (mine / "state.db").is_file() and sorted(os.listdir(open_)) == ["to-mine"]
+    (open_ / "theirs").mkdir()
+    (open_ / "to-theirs").symlink_to(open_ / "theirs")
+    msg = one_line(mux.run("ls", env={"MUXHOST_STATE_DIR": str(open_ / "to-theirs")}))
+    assert msg.startswith(f"muxhost: {open_}: writable by group or others"), msg
+    assert os.listdir(open_ / "theirs") == []
+
+
 # -- state.db, its -wal and -shm --------------------------------------------------------------------------
 @needs_root
 @pytest.mark.parametrize("how", [*HOWS, "a symlink"])

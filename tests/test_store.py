@@ -148,7 +148,7 @@ def test_a_locked_store_says_who_holds_it_and_no_write_is_lost(mux):
 
 def test_a_bad_lock_timeout_is_a_usage_error(mux):
     assert one_line(mux.run("ls", env={"MUXHOST_LOCK_TIMEOUT": "soon"}), 2) == \
-        "muxhost: MUXHOST_LOCK_TIMEOUT='soon': expected a number of seconds"
+        "muxhost: MUXHOST_LOCK_TIMEOUT='soon': expected a number of seconds from 0 to 31536000"
 
 
 # -- read-only ------------------------------------------------------------------------------------------
