@@ -157,7 +157,9 @@ class FleetOps:
                 *self._muxhost_argv(rec, "wake", rec.id)]
         cwd = rec.cwd if os.path.isdir(rec.cwd) else os.path.expanduser("~")
         try:
-            pane = next((p for p in panes if p.record == rec.id), None)
+            # the pane it ran in (dead now, after the ladder) first: never a pane another program runs in
+            pane = min((p for p in panes if p.record == rec.id), key=lambda p: (p.pane_id != rec.pane, not p.dead),
+                       default=None)
             if pane is not None and not pane.dead and foreign_now(rec, pane):
                 pane = None  # another program runs there (not the agent's): left alone, the stub gets its own
             # (the stub is the pane's process muxhost started now: its pid and create time are the record's)

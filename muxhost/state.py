@@ -29,14 +29,23 @@ class View:
 
     panes: dict[tuple[str, str | None], list[PaneInfo] | None]
     table: procs.ProcessTable
+    _owned: dict = field(default_factory=dict, repr=False)  # (record id, pid) -> owns(): once per look
+
+    def owned(self, rec: Record, pane: PaneInfo) -> bool:
+        key = (rec.id, pane.pid)
+        if key not in self._owned:
+            self._owned[key] = owns(rec, self.table.get(pane.pid), self.table)
+        return self._owned[key]
 
     def pane_for(self, rec: Record) -> PaneInfo | None:
+        """The record's pane: the live one that runs its agent (or stub); else its own dead one (the
+        pane it last ran in first); a pane where another program runs now comes last."""
         panes = self.panes.get(server_of(rec)) or []
         by_option = [p for p in panes if p.record == rec.id]
         if by_option:
-            alive = [p for p in by_option if not p.dead]
-            mine = [p for p in alive if owns(rec, self.table.get(p.pid), self.table)]
-            return (mine or alive or by_option)[0]
+            mine = [p for p in by_option if not p.dead and self.owned(rec, p)]
+            dead = sorted((p for p in by_option if p.dead), key=lambda p: p.pane_id != rec.pane)
+            return (mine or dead or by_option)[0]
         return None
 
     def foreign(self, rec: Record) -> tuple[PaneInfo, procs.Proc] | None:
@@ -46,7 +55,7 @@ class View:
         nothing of it is signalled or closed, and the record is ``exited``."""
         pane = self.pane_for(rec)
         root = self.table.get(pane.pid) if pane is not None and not pane.dead else None
-        if root is None or owns(rec, root, self.table):
+        if root is None or self.owned(rec, pane):
             return None
         return pane, root
 

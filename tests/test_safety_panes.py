@@ -92,6 +92,29 @@ def test_a_shell_respawned_in_the_exited_agents_pane_is_not_the_agent(mux, tmp_p
         end(job, shell)
 
 
+def test_the_records_own_dead_pane_comes_before_a_pane_another_program_took(mux, tmp_path):
+    """The user's shell took the agent's first pane; `resume` ran it in a new one, and it exited
+    there: `ls` shows that dead pane (with its status), and the next `resume` starts in it again
+    (a dead pane left behind on every cycle otherwise)."""
+    rec = demo(mux, "cycled")
+    first = rec["pane"]
+    mux.type(first, "/exit")
+    wait_for(lambda: row(mux, rec["id"])["state"] == "exited", what="the agent to exit")
+    shell, job = user_shell(mux, first, tmp_path)
+    try:
+        second = mux.ok("resume", rec["id"], "--json")["pane"]
+        assert second != first
+        mux.wait_screen(second, "demo>")
+        mux.type(second, "/exit")
+        shown = wait_for(lambda: (lambda r: r if r["exit_status"] is not None else None)(row(mux, rec["id"])),
+                         what="the exit in the second pane")
+        assert shown["state"] == "exited" and shown["pane"] == second
+        assert mux.ok("resume", rec["id"], "--json")["pane"] == second
+        assert alive(*shell) and alive(*job)
+    finally:
+        end(job, shell)
+
+
 def test_a_shell_respawned_in_the_stubs_pane_is_left_alone(mux, tmp_path):
     """The asleep stub is muxhost's process too (a sleep records it): once the user replaced it,
     the pane is theirs. `stop` ends nothing of it; a wake opens a pane of its own."""
