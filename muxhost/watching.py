@@ -356,6 +356,23 @@ class Watch:
             print(f"muxhost: warning: {w['agent']}: {w['hook']} failed{rec}: {w['error']}", file=sys.stderr, flush=True)
 
 
+def _server_alive(instance: list[str]) -> bool:
+    """The server instance ``[pid, start time]`` of a watch lock's label still runs; unknown counts
+    as running (a watch is ended only when its server is surely gone)."""
+    import psutil
+
+    try:
+        pid, started = int(instance[0]), float(instance[1])
+        server = psutil.Process(pid)
+        return abs(server.create_time() - started) < 2.0 and server.status() != psutil.STATUS_ZOMBIE
+    except (IndexError, ValueError):
+        return True
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True
+
+
 def instance_of(panes: list[PaneInfo]) -> str | None:
     """The server instance of a snapshot's panes (:attr:`PaneInfo.server`), None when unknown."""
     return next((p.server for p in panes if p.server), None)
@@ -448,6 +465,8 @@ class WatchOps:
         try:
             pid, started = int(words[2]), float(words[4])
         except ValueError:
+            return False
+        if _server_alive(words[6:]):  # (another server of that name, under another TMUX_TMPDIR: not gone)
             return False
         print(f"muxhost: watch: taking over the lock of watch pid {pid}: it watches a {backend.name} server on "
               f"{backend.where()} that is gone (server {theirs}; this one is {instance})", file=sys.stderr, flush=True)

@@ -148,6 +148,27 @@ def test_a_lock_held_by_a_watch_of_a_server_that_is_gone_is_taken_over(mux):
         old.stop()
 
 
+def test_a_watch_of_a_live_server_of_the_same_name_elsewhere_is_never_taken_over(mux, tmp_path):
+    """Two live servers named alike under two TMUX_TMPDIRs share the watch lock's name: the second
+    watch is refused (exit 4), the first one runs on (it was killed as "gone" before)."""
+    demo(mux, "here")
+    with Watching(mux) as first:
+        wait_for(lambda: (mux.tmux("show-options", "-gv", "@muxhost_watch") or [None])[0], timeout=20,
+                 what="the first watch")
+        elsewhere = tmp_path / "tmpdir"
+        elsewhere.mkdir(mode=0o700)
+        env = dict(mux.env, TMUX_TMPDIR=str(elsewhere))
+        subprocess.run(["tmux", "-L", mux.socket, "-f", "/dev/null", "new-session", "-d", "sleep 300"],
+                       env=env, check=True)
+        try:
+            r = mux.run("watch", env={"TMUX_TMPDIR": str(elsewhere)}, timeout=30)
+            assert r.rc == 4 and "a watch already runs" in r.err and "taking over" not in r.err, r
+            time.sleep(0.5)
+            assert first.proc.poll() is None
+        finally:
+            subprocess.run(["tmux", "-L", mux.socket, "kill-server"], env=env, capture_output=True)
+
+
 def test_the_watchs_own_sleep_is_logged_asleep_and_lines_are_stamped_in_order(mux):
     """A sleep by `watch.sleep_after` says `idle -> asleep (sleep_after)`, not `-> gone`; each line is
     stamped with the time the watch saw the change (in order), since when the new state holds apart."""
