@@ -298,6 +298,8 @@ def cmd_ls(host, args) -> int:
     from muxhost.state import LIVE_STATES
 
     every = host.ls()
+    for note in host.notes:
+        print(f"muxhost: note: {note}", file=sys.stderr)
     lives = every if args.all else [lv for lv in every if lv.state in LIVE_STATES]
     if args.json:
         out_json([lv.to_dict() for lv in lives])

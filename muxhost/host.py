@@ -54,6 +54,7 @@ class Host(StateOps, LaunchOps, LadderOps, PurgeOps, ActivityOps, WatchOps, Flee
         resolve = getattr(factory, "resolve_address", None)
         self.socket = resolve(socket, self.config) if resolve else socket  # the address (a tmux socket name, …)
         self.warnings: list[dict[str, str]] = []  # plugin hooks that failed (see warn)
+        self.notes: list[str] = []  # what a command noticed beside its answer (a `muxhost: note:` line each)
 
     @property
     def store(self) -> Store:

@@ -70,18 +70,27 @@ class LadderOps:
             done = iter(self._stop_many(todo, grace, view) if todo else [])
             return [left[r.id] if r.id in left else next(done) for r in records]
 
-    def finish_stops(self, records: list[Record]) -> None:
-        """Finish the stops that were cut short (a record left ``stopping``: the muxhost that ran
-        the ladder was killed, interrupted, or could not write the record): the ladder again for
-        whatever of them is left, then the record is written ``stopped``. A record whose lock is
-        held (its stop is under way in another muxhost) is left to that one."""
+    def finish_stops(self, records: list[Record], view: View) -> list[Record]:
+        """``ls`` of stops that were cut short (a record left ``stopping``: the muxhost that ran the
+        ladder was killed, interrupted, or could not write the record). One with nothing of it left
+        (no process, no live pane) is written ``stopped``, its outcome unknown (None: the ladder's
+        was lost with it); ``ls`` never runs a ladder itself. Returns those with something left, for
+        ``muxhost stop`` to finish. A record whose lock is held (its stop under way) is left alone."""
+        left_over = []
         try:
-            with self.record_locks(records, "stop", timeout=0.0) as left:
-                todo = [r for r in records if r.id not in left and r.state == "stopping"]
-                if todo:
-                    self._stop_many(todo, None, None)
+            with self.record_locks(records, "stop", timeout=0.0) as busy:
+                for rec in records:
+                    if rec.id in busy or rec.state != "stopping":
+                        continue
+                    t = self._stop_target(rec, view)
+                    pane = view.pane_for(rec)
+                    if t.victims or (pane is not None and not pane.dead and not view.foreign(rec)):
+                        left_over.append(rec)
+                    else:
+                        self.store.update(rec, state="stopped", stopped_at=time.time(), outcome=None, seconds=None)
         except MuxhostError:
-            pass  # (a look or a write that failed: the next ls or stop tries again)
+            pass  # (a write that failed: the next ls tries again)
+        return left_over
 
     def _stop_many(self, records: list[Record], grace: float | None, view: View | None, keep_panes: bool = False,
                    refreshed: bool = False) -> list["Live | MuxhostError"]:
@@ -193,16 +202,24 @@ class LadderOps:
         """Steps 1-5 of the ladder for every target at once. ``collect(table)`` lists every process
         that belongs to a target; ``close()`` is its step 3. Sets each target's outcome and seconds
         (or its error)."""
-        t0 = time.monotonic()
-        exit_grace = self.stop_setting("exit_grace") if grace is None else grace
         for t in targets:
             _spare_self(t)
+        restore: dict = {}
         if any(procs.spared(k) for t in targets for k in t.victims):
             # this muxhost runs inside a pane it stops (an agent stopping itself): closing the pane
             # hangs it up, and the agent may end its tools as it goes; the ladder finishes first
             with contextlib.suppress(ValueError, OSError):  # (not the main thread)
-                signal.signal(signal.SIGHUP, signal.SIG_IGN)
-                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                restore = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGHUP, signal.SIGTERM)}
+        try:
+            self._steps(targets, grace)
+        finally:  # (what this process starts later gets the signals as they were)
+            for sig, handler in restore.items():
+                signal.signal(sig, handler)
+
+    def _steps(self, targets: list["_Target"], grace: float | None) -> None:
+        """:meth:`_ladder`'s five steps."""
+        t0 = time.monotonic()
+        exit_grace = self.stop_setting("exit_grace") if grace is None else grace
 
         def done(t: _Target, outcome: str) -> None:
             t.outcome, t.seconds = outcome, round(time.monotonic() - t0, 3)
@@ -345,28 +362,12 @@ class LadderOps:
         all. This muxhost and its ancestors are never among them. A target whose processes
         survive ten rounds gets an error."""
         keys = {id(t): {k for k in procs.alive(t.victims) if not procs.spared(k)} for t in targets}
-        for _ in range(10):
-            for _ in range(20):
-                table = procs.ProcessTable.snapshot()
-                new = False
-                for t in targets:
-                    mine = keys[id(t)]
-                    found = {p.key for key in list(mine) for p in table.tree_of(key)}
-                    found.update(p.key for p in t.collect(table))
-                    found = {k for k in found - mine if not procs.spared(k)}
-                    new = new or bool(found)
-                    mine.update(found)
-                    for key in mine:
-                        procs.signal_if_same(*key, procs.SIGSTOP)
-                if not new:
-                    break
-            for t in targets:
-                for key in keys[id(t)]:
+        try:
+            _kill_rounds(targets, keys)
+        finally:  # (interrupted between SIGSTOP and SIGKILL: nothing is left frozen)
+            for ks in keys.values():
+                for key in ks:
                     procs.signal_if_same(*key, procs.SIGKILL)
-            left = set(procs.wait_gone({k for ks in keys.values() for k in ks}, 2.0))
-            keys = {i: ks & left for i, ks in keys.items()}
-            if not left:
-                return
         for t in targets:
             if keys[id(t)]:
                 pids = ", ".join(str(pid) for pid, _ in sorted(keys[id(t)]))
@@ -416,3 +417,30 @@ def _spare_self(t: "_Target") -> None:
     me = os.getpid()
     for key in [k for k in t.victims if k[0] == me]:
         del t.victims[key]
+
+
+def _kill_rounds(targets: list["_Target"], keys: dict[int, set]) -> None:
+    """:meth:`LadderOps._kill_all`'s rounds (freeze, kill, wait); ``keys`` is left holding what survives."""
+    for _ in range(10):
+        for _ in range(20):
+            table = procs.ProcessTable.snapshot()
+            new = False
+            for t in targets:
+                mine = keys[id(t)]
+                found = {p.key for key in list(mine) for p in table.tree_of(key)}
+                found.update(p.key for p in t.collect(table))
+                found = {k for k in found - mine if not procs.spared(k)}
+                new = new or bool(found)
+                mine.update(found)
+                for key in mine:
+                    procs.signal_if_same(*key, procs.SIGSTOP)
+            if not new:
+                break
+        for t in targets:
+            for key in keys[id(t)]:
+                procs.signal_if_same(*key, procs.SIGKILL)
+        left = set(procs.wait_gone({k for ks in keys.values() for k in ks}, 2.0))
+        for i in keys:
+            keys[i] &= left
+        if not left:
+            return

@@ -342,12 +342,14 @@ class StateOps:
 
     def ls(self) -> list[Live]:
         """Every record, judged: its live state, conversation (refreshed), resumable, activity.
-        A stop cut short (``stopping``, its lock free) is finished first."""
+        A stop cut short (``stopping``) that left nothing is written stopped (:meth:`finish_stops`)."""
         records = self.store.all()
-        if any(r.state == "stopping" for r in records):
-            self.finish_stops([r for r in records if r.state == "stopping"])
-            records = self.store.all()
         view = self.view(records)
+        cut_short = [r for r in records if r.state == "stopping"]
+        if cut_short:  # (written stopped when nothing of them is left; the rest is `stop`'s to finish)
+            for rec in self.finish_stops(cut_short, view):
+                self.notes.append(f"the stop of {rec.name} ({rec.id}) was cut short and something of it still "
+                                  f"runs: `muxhost stop {rec.id}` finishes it")
         lives = [self.live(r, view, check_resumable=False) for r in records]
         for lv in lives:
             if lv.state == "running" and lv.rec.state == "asleep":  # (see live: a wake cut short)

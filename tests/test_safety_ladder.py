@@ -162,8 +162,8 @@ def test_a_stop_killed_before_its_record_is_written_is_finished_not_restored(mux
         restored = mux.ok("restore", "--json")
         assert [e for e in restored if e["id"] == rec["id"] and e["action"] == "restored"] == []
         assert not [p for p in mux.ok("ls", "--json") if p["id"] == rec["id"]]  # not running, not live
-        row = _row(mux, rec["id"])
-        assert row["state"] == "stopped" and row["outcome"] == "exit" and row["resumable"]
+        row = _row(mux, rec["id"])  # nothing of it left: stopped, its outcome unknown (lost with the stop)
+        assert row["state"] == "stopped" and row.get("outcome") is None and row["resumable"]
         assert mux.ok("restore", "--json") == []
     finally:
         if stopper.poll() is None:
@@ -198,9 +198,26 @@ def test_a_stop_interrupted_by_ctrl_c_is_finished_by_ls_and_skipped_by_restore(h
     report = host.restore()
     assert [e for e in report if e["action"] == "restored"] == []
     assert len(host.fake.procs) == 1  # nothing started
-    host.ls()  # (the fake backend keeps the dead pane: ls shows it exited, as tmux's remain-on-exit would)
+    host.ls()  # (the fake backend keeps the dead pane, as tmux's remain-on-exit would)
     rec = host.store.get(lv.rec.id)
-    assert rec.state == "stopped" and rec.outcome == "exit"
+    assert rec.state == "stopped" and rec.outcome is None
+
+
+def test_ls_never_runs_a_ladder_it_says_what_stop_finishes(host, tmp_path, monkeypatch):
+    """A stop cut short with something of the record still running: `ls` answers at once (no ladder,
+    no grace waited), leaves it `stopping` and says that `stop` finishes it; `stop` does."""
+    lv = _launch(host, tmp_path, 1)[0]
+    host.store.update(lv.rec, state="stopping")  # as a stop killed before its ladder left it
+    ran = []
+    real = type(host)._ladder
+    monkeypatch.setattr(type(host), "_ladder", lambda self, *a, **k: ran.append(1) or real(self, *a, **k))
+    listed = {x.rec.id: x for x in host.ls()}
+    assert ran == [] and listed[lv.rec.id].rec.state == "stopping"
+    assert any(f"`muxhost stop {lv.rec.id}` finishes it" in n for n in host.notes)
+    assert host.fake.procs[lv.pane.pane_id].poll() is None  # untouched
+    host.stop(host.store.get(lv.rec.id))
+    assert ran and host.fake.procs[lv.pane.pane_id].poll() is not None
+    assert host.store.get(lv.rec.id).state == "stopped"
 
 
 # -- 15. a damaged record, a full disk -----------------------------------------------------------------
