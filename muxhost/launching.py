@@ -109,6 +109,7 @@ class LaunchOps:
                 self.store.insert(rec)  # `starting`: a launch killed from here on is seen as lost, never half
                 live = self._start(rec, agent, launch, target=target, split=split)
             live.notes = notes
+            self._wait_up(rec, live.pane.pane_id)  # (no lock held: a purge asking meanwhile sees it running)
         except BaseException as e:
             if wt is not None and (rec is None or rec.state != "running"):  # no agent runs there: leave nothing
                 try:
@@ -181,7 +182,6 @@ class LaunchOps:
                           conversation_id=launch.conversation_id or rec.conversation_id, argv=list(launch.argv))
         live = Live(rec, "running", pane, procs.ProcessTable.snapshot().tree(pane.pid) if pane.pid else [])
         announce(record=live.to_dict())
-        self._wait_up(rec, pane.pane_id)
         return live
 
     def _wait_up(self, rec: Record, pane_id: str) -> None:
@@ -198,9 +198,11 @@ class LaunchOps:
             except MuxhostError:  # (a backend that keeps no dead pane: gone with the agent)
                 return ""
 
-        while True:
-            live = self.live(rec, self.view([rec]), check_resumable=False)
-            if live.state not in ("running", "starting"):
+        started = tuple(rec.pids[0]) if rec.pids and len(rec.pids[0]) == 2 else None
+        while True:  # (one cheap look at the process muxhost started, and the screen, each time)
+            if started is not None and not procs.same_process(int(started[0]), started[1]):
+                break
+            if started is None and self.live(rec, self.view([rec]), check_resumable=False).state != "running":
                 break
             now = time.monotonic()
             screen = look() or screen
@@ -209,6 +211,9 @@ class LaunchOps:
             if now >= deadline or (seen_at is not None and now - seen_at >= UP_SETTLE):
                 return
             time.sleep(0.05)
+        live = self.live(rec, self.view([rec]), check_resumable=False)
+        if live.state in ("running", "starting"):
+            return  # (its first process ended, but what it started runs on in the pane)
         pane = live.pane
         end = time.monotonic() + 1.0  # its process is gone; the pane server may not have reaped it yet
         while pane is not None and pane.dead_status is None and backend.keeps_dead_panes and time.monotonic() < end:
@@ -276,4 +281,5 @@ class LaunchOps:
                 with contextlib.suppress(MuxhostError):
                     self.backend_of(rec).kill_pane(live.pane.pane_id)
         started.notes = list(ctx.notes)
+        self._wait_up(rec, started.pane.pane_id)  # (after the stub's pane went, outside the locks)
         return started
