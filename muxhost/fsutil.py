@@ -122,6 +122,11 @@ def _recover(fd: int, dfd: int, name: str, folder: str) -> None:
             bfd = os.open(b, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dfd)
         except FileNotFoundError:
             continue
+        except OSError:  # not a file muxhost wrote (a symlink named like one): it goes, never followed
+            if not stat.S_ISREG(os.lstat(b, dir_fd=dfd).st_mode):
+                os.unlink(b, dir_fd=dfd)
+                continue
+            raise
         with os.fdopen(bfd, "rb") as bf:
             data = bf.read()
         head, _, body = data.partition(b"\n")
@@ -131,13 +136,14 @@ def _recover(fd: int, dfd: int, name: str, folder: str) -> None:
             if (len(old), _sha(old), len(new), _sha(new)) == (int(fields[0]), fields[1], int(fields[2]), fields[3]):
                 current = os.pread(fd, max(os.fstat(fd).st_size, 1), 0)
                 written = new + b"\n" * max(0, len(old) - len(new))  # what _put writes
+                # (what an agent appended since the crash follows the bytes the write covered: kept)
+                covered, tail = current[:len(written)], current[len(written):]
                 if current.startswith(old):
                     pass  # the new bytes were never written
-                elif current == written:
-                    os.ftruncate(fd, len(new))  # it finished but for the cut
-                    os.fsync(fd)
-                elif _torn(current, written, old):
-                    _put(fd, old, len(current))  # torn: the original back
+                elif covered == written:
+                    _put(fd, new + tail, len(current))  # it finished but for the cut
+                elif _torn(covered, written, old):
+                    _put(fd, old + tail, len(current))  # torn: the original back
         # (a backup whose header does not check was not whole yet: the file was not touched)
         os.unlink(b, dir_fd=dfd)
         os.fsync(dfd)
@@ -201,6 +207,9 @@ def rewrite(path: str | os.PathLike, transform: Callable[[bytes], bytes], attemp
                     os.fsync(b.fileno())
                 os.fsync(dfd)
                 _step("backup-written")
+                if os.fstat(fd).st_size != len(before):  # someone appended while the backup was written
+                    os.unlink(backup, dir_fd=dfd)
+                    continue
                 try:
                     _put(fd, after, len(before))
                 except BaseException:

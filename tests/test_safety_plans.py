@@ -280,6 +280,32 @@ def test_a_torn_rewrite_is_put_right_from_its_backup(ctx, data, kind, tear):
     assert (data / name).read_bytes() == new and sorted(p.name for p in data.iterdir()) == [name]
 
 
+@pytest.mark.parametrize("tear", ["half written", "never cut"])
+def test_a_torn_rewrite_the_agent_appended_to_since_is_put_right_and_keeps_the_append(ctx, data, tear):
+    name, old, new = CASES["Lines"]
+    (data / name).write_bytes(old)
+    kill_at("backup-written", "Lines", ctx.home, data / name)
+    written = new + b"\n" * (len(old) - len(new))
+    k = len(new) - 5 if tear == "half written" else len(written)
+    late = b'{"conversation": "n1", "late": true}\n'
+    (data / name).write_bytes(written[:k] + old[k:] + late)  # the power went mid-write, then the agent wrote
+    _, residual, notes = purge(Toy({"c1": [_art("Lines", data / name)]}), ctx)
+    assert residual == [] and notes == []
+    assert (data / name).read_bytes() == new + late and sorted(p.name for p in data.iterdir()) == [name]
+
+
+def test_a_link_named_like_a_backup_is_removed_never_followed(ctx, data, tmp_path):
+    name, old, new = CASES["Lines"]
+    (data / name).write_bytes(old)
+    target = tmp_path / "elsewhere"
+    target.write_bytes(b"not muxhost's\n")
+    (data / f".{name}.abcd1234.muxhost-backup").symlink_to(target)
+    _, residual, notes = purge(Toy({"c1": [_art("Lines", data / name)]}), ctx)
+    assert residual == [] and notes == []
+    assert (data / name).read_bytes() == new and sorted(p.name for p in data.iterdir()) == [name]
+    assert target.read_bytes() == b"not muxhost's\n"
+
+
 @pytest.mark.parametrize("step", ["backup-written", "written"])
 def test_a_file_the_agent_wrote_anew_since_the_crash_is_never_put_back(ctx, data, step):
     """Killed mid-rewrite, then the agent wrote its file anew (claude rewrites ~/.claude.json whole):
