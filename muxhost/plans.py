@@ -88,6 +88,17 @@ def build(agent, ctx, members: list[str], results: dict[str, list[Artifact]]) ->
                 if conv != root_id:
                     item.label += f" [child conversation {conv}]"
                 items.append(item)
+    # a root that is a file (~/.claude.json) is a shared file too: a backup an interrupted rewrite left
+    # beside it is muxhost's leftover whether or not the plugin names the file this time (the member may
+    # be gone from it already; the backup still holds it)
+    for root in roots:
+        if os.path.isfile(root):
+            places = check(Lines(root, contains=""), roots, ctx)  # (checked as the file it is)
+            for item in _backups(None, places["path"], root_id, ctx):
+                if item.key not in seen:
+                    seen.add(item.key)
+                    item.extra.update(places)
+                    items.append(item)
     return _hard_links(items, ctx)
 
 
@@ -408,7 +419,7 @@ def carry_out(items: list[Item], ctx, notes: list[str]) -> list[str]:
         if isinstance(item.artifact, (Lines, JsonMember)) or "backup_of" in item.extra:
             shared.setdefault(item.extra.get("backup_of") or _place(item), []).append(item)
     for path, group in shared.items():  # (an interrupted rewrite's backups are restored or removed there)
-        arts = {id(a): (a, i.extra) for i in group for a in [i.extra.get("art", i.artifact)]}.values()
+        arts = {id(a): (a, i.extra) for i in group for a in [i.extra.get("art", i.artifact)] if a is not None}.values()
         _rewrite(path, [a for a, _ in arts], ctx, notes, [group[0].extra, *(where for _, where in arts)])
     for kind in (File, Dir):
         for item in items:

@@ -280,6 +280,23 @@ def test_a_torn_rewrite_is_put_right_from_its_backup(ctx, data, kind, tear):
     assert (data / name).read_bytes() == new and sorted(p.name for p in data.iterdir()) == [name]
 
 
+def test_a_backup_beside_a_file_root_is_found_though_the_plugin_no_longer_names_the_file(ctx, data):
+    """claude names ~/.claude.json only while the conversation's member is in it. Killed after the
+    new bytes landed (the member gone from the file), the backup beside it holds it still: the next
+    plan finds it by the root, and the purge removes it."""
+    name, old, new = CASES["JsonMember"]
+    (data / name).write_bytes(old)
+    kill_at("truncated", "JsonMember", ctx.home, data / name)
+    assert (data / name).read_bytes() == new and len(list(data.glob(f".{name}.*.muxhost-backup"))) == 1
+    agent = Toy({"c1": [File(data / "c1.json")]}, roots=[data / name])  # (nothing of c1 in the file now)
+    (data / "c1.json").write_text("{}")
+    labels = plans.labels(plan(agent, ctx))
+    assert any(label.endswith("(muxhost's backup from an interrupted rewrite)") for label in labels), labels
+    _, residual, notes = purge(agent, ctx)
+    assert residual == [] and notes == []
+    assert sorted(p.name for p in data.iterdir()) == [name] and (data / name).read_bytes() == new
+
+
 @pytest.mark.parametrize("tear", ["half written", "never cut"])
 def test_a_torn_rewrite_the_agent_appended_to_since_is_put_right_and_keeps_the_append(ctx, data, tear):
     name, old, new = CASES["Lines"]
