@@ -205,7 +205,7 @@ class FleetOps:
 
         path = os.path.join(private_folder(os.path.join(os.path.dirname(self.store.path), "locks")), "restore.lock")
         try:  # one restore at a time: a second one waits, then finds them running
-            with flock(path, 60.0, label=f"restore pid {os.getpid()}"):
+            with flock(path, 60.0, private=True, label=f"restore pid {os.getpid()}"):
                 return self._restore(dry_run, wake)
         except LockTimeout as e:
             raise Refused(f"another restore is still running ({e.holder or 'unknown'})") from None

@@ -54,7 +54,7 @@ def conversation(lock_dir: str | os.PathLike, agent: str, conversation_id: str, 
     lock_dir = private_folder(lock_dir)
     path = conversation_lock_path(lock_dir, agent, conversation_id)
     try:
-        with flock(path, timeout, label=f"{purpose} pid {os.getpid()}"):
+        with flock(path, timeout, private=True, label=f"{purpose} pid {os.getpid()}"):
             yield
     except LockTimeout as e:
         if e.path != path:
@@ -88,7 +88,7 @@ def records(lock_dir: str | os.PathLike, record_ids: list[str], purpose: str,
         for rid in sorted(set(record_ids)):
             path = record_lock_path(lock_dir, rid)
             try:
-                stack.enter_context(flock(path, max(deadline - time.monotonic(), 0.0), label=f"{purpose} pid {os.getpid()}"))
+                stack.enter_context(flock(path, max(deadline - time.monotonic(), 0.0), private=True, label=f"{purpose} pid {os.getpid()}"))
             except LockTimeout as e:
                 busy[rid] = Refused(f"record {rid} is busy ({e.holder or 'another muxhost'}): another muxhost is "
                                     "stopping, putting to sleep, waking or removing it; try again")

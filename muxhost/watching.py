@@ -433,7 +433,7 @@ class WatchOps:
         wait = 0.0
         while True:
             try:
-                with flock(path, wait, label=label):
+                with flock(path, wait, private=True, label=label):
                     watch = Watch(self, interval, float(self.config.watch("stall_after")),
                                   bool(self.config.watch("alert")), emit)
                     watch.instance = instance

@@ -207,30 +207,32 @@ def test_own_lock_files_never_follow_a_link_nor_take_another_file(tmp_path):
     link = tmp_path / "a.lock"
     link.symlink_to(target)
     with pytest.raises(MuxhostError, match="a symbolic link"):
-        with flock.flock(link, 0.1, label="restore pid 1"):
+        with flock.flock(link, 0.1, private=True, label="restore pid 1"):
             pass
     assert target.read_bytes() == b"precious\n"
     fifo = tmp_path / "b.lock"
     os.mkfifo(fifo, 0o600)
     with pytest.raises(MuxhostError, match="not a regular file"):
-        with flock.flock(fifo, 0.1):
+        with flock.flock(fifo, 0.1, private=True):
             pass
     loose = tmp_path / "c.lock"
     loose.write_bytes(b"")
     os.chmod(loose, 0o666)
     with pytest.raises(MuxhostError, match=f"chmod go-w {loose}"):
-        with flock.flock(loose, 0.1, label="x"):
+        with flock.flock(loose, 0.1, private=True, label="x"):
             pass
     assert loose.read_bytes() == b""
     old = os.umask(0)
     try:
-        with flock.flock(tmp_path / "new.lock", 0.1, label="stop pid 2"):
+        with flock.flock(tmp_path / "new.lock", 0.1, private=True, label="stop pid 2"):
             pass
     finally:
         os.umask(old)
     assert stat.S_IMODE(os.stat(tmp_path / "new.lock").st_mode) == 0o600
-    # an agent's lock file (create=False) is the agent's: followed as before
+    # a lock file that is not muxhost's own (an agent's, a plugin's: not private) is followed as before
     with flock.flock(link, 0.1, create=False) as fd:
+        assert fd is not None
+    with flock.flock(loose, 0.1) as fd:  # (a plugin's group-writable lock, umask 002: its own business)
         assert fd is not None
 
 

@@ -55,21 +55,24 @@ def wait_lock(fd: int, timeout: float, *, shared: bool = False) -> bool:
 
 @contextlib.contextmanager
 def flock(path: str | os.PathLike, timeout: float, *, shared: bool = False, label: str | None = None,
-          create: bool = True) -> Iterator[int | None]:
+          create: bool = True, private: bool = False) -> Iterator[int | None]:
     """Hold ``flock`` on ``path`` within ``timeout`` seconds, else raise :class:`LockTimeout`.
 
-    A missing file is created (mode 0600, ``O_EXCL``), unless ``create`` is false: then nothing is
-    locked and ``None`` is yielded (an agent's lock file that does not exist is not ours to make).
-    With ``create``, the lock file is one's own: never opened through a symbolic link, and one that
-    is not a regular file of yours, or that group or others can write, is refused
-    (:class:`~muxhost.errors.MuxhostError`, exit 1: another user could hold or redirect the lock).
+    A missing file is created (mode 0600), unless ``create`` is false: then nothing is locked and
+    ``None`` is yielded (an agent's lock file that does not exist is not ours to make). ``private``
+    (muxhost's own locks in its state folder): created ``O_EXCL``, never opened through a symbolic
+    link, and one that is not a regular file of yours, or that group or others can write, is
+    refused (:class:`~muxhost.errors.MuxhostError`, exit 1: another user could hold or redirect it).
     With ``label``, an exclusive holder writes it into the file so that a waiter can say who holds it.
     Yields the file descriptor; closing it on exit releases the lock."""
     path = Path(path)
     try:
-        fd = _own(path) if create else os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        if private:
+            fd = _own(path)
+        else:
+            fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | (os.O_CREAT if create else 0), 0o600)
     except FileNotFoundError:
-        if create:
+        if create or private:
             raise
         yield None
         return
