@@ -321,11 +321,13 @@ class StateOps:
                 self.store.update(rec, conversation_id=cid)
 
     def _holds(self, agent: Agent, ctx: AgentContext, cid: str, lv: Live) -> bool:
-        """The plugin's ``in_use`` names a process of ``lv``'s agent (``pid N …``) as a holder of
-        ``cid``: proof, not a guess, that the agent is in that conversation now."""
+        """The plugin's ``in_use`` names ``lv``'s agent itself (``pid N …``: a process of its tree
+        that its ``process_names`` match, else the pane's process) as a holder of ``cid``: proof,
+        not a guess, that the agent is in that conversation now. A tool of the agent that merely
+        names the id (``cat ID.jsonl``) is no proof."""
         import re
 
-        mine = {p.pid for p in lv.tree}
+        mine = {p.pid for p in lv.tree if p.matches_name(agent.process_names)} or {p.pid for p in lv.tree[:1]}
         try:
             held = agent.in_use(ctx, cid) or []
         except Exception:

@@ -112,6 +112,23 @@ def test_a_stopped_records_conversation_moves_only_with_proof(host, tmp_path, mo
     assert {lv.rec.id: lv for lv in host.ls()}[a.rec.id].rec.conversation_id == b_own
 
 
+def test_only_the_agent_itself_holding_it_is_proof_not_a_tool_naming_the_id(host):
+    """`cat …/ID.jsonl` under the agent names the id too (argv holders): that is no proof that the
+    agent is in that conversation."""
+    import types
+
+    from muxhost import procs
+    from muxhost.state import Live
+
+    agent = types.SimpleNamespace(process_names=("myagent",), in_use=lambda ctx, cid: held)
+    tree = [procs.Proc(100, 1, 1.0, "myagent", ()), procs.Proc(101, 100, 2.0, "cat", ())]
+    lv = Live(types.SimpleNamespace(id="r1"), "running", None, tree)
+    held = ["pid 101 cat /data/c2.jsonl"]
+    assert not host._holds(agent, None, "c2", lv)
+    held = ["pid 100 myagent --resume c2"]
+    assert host._holds(agent, None, "c2", lv)
+
+
 def test_a_hand_started_agent_is_never_given_a_stopped_records_conversation(host, tmp_path):
     """locate() of an agent the user started by hand: the conversation of a record started after it
     (the newest in the folder) is claimed though that record is stopped."""
