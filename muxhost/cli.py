@@ -23,6 +23,12 @@ CORE_COMMANDS = ("launch", "ls", "show", "stop", "resume", "purge", "reconcile",
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        # a flag is its whole name: `--dry` is no `--dry-run` (a script that leans on a prefix breaks
+        # the day another flag starts the same, and the docs' check could not see a renamed flag)
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # one line, exit 2, like every other usage error
         sub = self.prog.partition(" ")[2]  # "muxhost launch" -> "launch"; the CLI adds "muxhost: "
         raise UsageError(f"{sub}: {message}" if sub else message)

@@ -22,6 +22,7 @@ def examples(page: Path):
             continue
         if fence is None or fence not in ("", "sh", "bash", "console", "shell"):
             continue
+        assert not line.rstrip().endswith("\\"), f"{page.name} line {n}: a continued line is not checked; join it"
         lex = shlex.shlex(re.sub(r"^\s*(\$ )?", "", line), posix=True, punctuation_chars=True)
         lex.whitespace_split, lex.commenters = True, "#"
         try:
@@ -39,6 +40,23 @@ def examples(page: Path):
 
 
 CASES = [(page, n, argv) for page in PAGES for n, argv in examples(page)]
+
+
+def test_every_flag_the_cli_reference_names_exists():
+    """Each row of docs/cli.md's command table names the command and its flags: every one of them is
+    a flag of that command (a renamed flag fails here, whatever the examples show)."""
+    import argparse
+
+    parser = build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    table = re.findall(r"^\| `([a-z-]+)([^`]*)`", (ROOT / "docs" / "cli.md").read_text(), re.M)
+    checked = 0
+    for cmd, rest in table:
+        assert cmd in subs, f"docs/cli.md names a command {cmd!r} muxhost does not have"
+        for flag in re.findall(r"--[a-z][a-z-]*", rest.split(" -- ")[0]):
+            assert flag in subs[cmd]._option_string_actions, f"docs/cli.md: `{cmd}` has no flag {flag}"
+            checked += 1
+    assert checked >= 30, checked
 
 
 def test_the_pages_have_examples():

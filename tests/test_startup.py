@@ -185,12 +185,12 @@ def test_a_command_builds_only_its_own_parser_with_the_same_help_and_errors(mux,
     for name in CORE_COMMANDS:
         r = mux.run(name, "--help", env=env)
         assert (r.rc, r.out) == (0, sub.choices[name].format_help()), name
-    for args in (["--help"], ["-h", "ls"], ["--he", "ls"], ["--config", "x", "-h", "ls"]):
+    for args in (["--help"], ["-h", "ls"], ["--config", "x", "-h", "ls"]):
         r = mux.run(*args, env=env)
         assert (r.rc, r.out) == (0, full.format_help()), args
         commands = r.out.split("positional arguments:", 1)[1].split("\n\n", 1)[0]
         assert set(re.findall(r"^    (\S+)", commands, re.M)) == {*CORE_COMMANDS, "tmux-bindings"}, args
-    for args in (["ls", "--bogus"], ["--bogus", "ls"], ["-1", "ls"], ["--", "ls"], ["lss"], ["show"],
+    for args in (["--he", "ls"], ["ls", "--al"], ["ls", "--bogus"], ["--bogus", "ls"], ["-1", "ls"], ["--", "ls"], ["lss"], ["show"],
                  ["launch", "--split", "up"], ["--socket=s", "read", "--lines", "x", "a"], ["--config"]):
         try:
             full.parse_args(args)
