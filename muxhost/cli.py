@@ -317,8 +317,9 @@ def cmd_ls(host, args) -> int:
     if not lives:
         print("no records" + ("" if args.all else " running (see `muxhost ls --all`)"))
         return 0
+    ids = [o.rec.conversation_id for o in lives]
     rows = [[lv.rec.id, lv.rec.name, lv.rec.agent, lv.state, _activity(lv), lv.pane.pane_id if lv.pane else "-",
-             _conversation(host, lv, args.wide, [o.rec.conversation_id for o in lives]),
+             _conversation(host, lv, args.wide, ids),
              "yes" if lv.resumable else "no", lv.rec.cwd] for lv in lives]
     headers = ["ID", "NAME", "AGENT", "STATE", "ACTIVITY", "PANE", "CONVERSATION", "RESUMABLE", "CWD"]
     if not args.wide:  # the folder gets what is left of the line, shortened from the left
@@ -367,11 +368,14 @@ def short_path(path: str, width: int) -> str:
 
 def _conversation(host, lv, wide: bool, others) -> str:
     """The CONVERSATION cell: its id (short unless ``wide``), and ``+N`` for its child
-    conversations at every depth, as the plugin's ``children`` tells them."""
+    conversations at every depth, as the plugin's ``children`` tells them — for the live records
+    only (``ls --all`` of a long history would ask the plugin once per record; ``show`` lists them)."""
+    from muxhost.state import LIVE_STATES
+
     cid = lv.rec.conversation_id
     if not cid:
         return "-"
-    kids = len(children_of(host, lv.rec)) if lv.state != "lost" else 0
+    kids = len(children_of(host, lv.rec)) if lv.state in LIVE_STATES else 0
     return (cid if wide else short_id(cid, others)) + (f" +{kids}" if kids else "")
 
 
