@@ -56,6 +56,10 @@ def bindings(key: str = "P", socket: str | None = None, wait_key: str = "W") -> 
         from muxhost.errors import UsageError
 
         raise UsageError(f"--key and --wait-key are both {key!r}")
+    if socket is not None and any(ord(c) < 32 or c == "\x7f" for c in socket):
+        from muxhost.errors import UsageError  # (a newline in it would be a line of tmux config)
+
+        raise UsageError(f"the tmux socket name {socket!r} holds a control character")
     mux = muxhost_command() + (f" --socket {shlex.quote(socket)}" if socket else "")
     # (--server: the key works only in the server muxhost uses; pressed in another one it says so)
     target = "--pane '#{pane_id}' --client '#{client_name}' --server '#{socket_path}'"

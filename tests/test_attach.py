@@ -60,3 +60,24 @@ def test_attach_a_record_without_a_pane_says_so(mux):
     mux.ok("stop", rec["id"])
     r = mux.run("attach", rec["id"])
     assert r.rc == 3 and "has no pane (stopped)" in r.err and f"muxhost resume {rec['name']}" in r.err
+
+
+def test_attach_inside_another_tmux_server_opens_a_window_there(mux, tmp_path):
+    import shutil
+    import subprocess
+
+    rec = mux.ok("launch", "demo", "--json")
+    other = [shutil.which("tmux"), "-L", f"{mux.socket}-outer", "-f", "/dev/null"]
+    env = dict(mux.env, TERM="xterm-256color")
+    subprocess.run([*other, "new-session", "-d", "-s", "outer", "-x", "120", "-y", "30", "/bin/sh"], env=env, check=True)
+    try:
+        path = subprocess.run([*other, "display-message", "-p", "#{socket_path}"], env=env, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        r = mux.run("attach", rec["name"], env={"TMUX": f"{path},1,0"})
+        assert r.rc == 0, r
+        windows = subprocess.run([*other, "list-windows", "-t", "outer", "-F", "#{window_name}"], env=env,
+                                 capture_output=True, text=True).stdout.split()
+        assert rec["name"] in windows
+        wait_for(lambda: [c for c in clients(mux) if c[1] == rec["session"]], what="the nested client")
+    finally:
+        subprocess.run([*other, "kill-server"], env=env, capture_output=True)

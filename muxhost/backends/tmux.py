@@ -411,16 +411,19 @@ class TmuxBackend(Backend):
         self._run("select-window", "-t", target, ";", "select-pane", "-t", target, fast=True)
         inside = (env.get("TMUX") or "").split(",")[0]
         client = [*self._base(), "attach-session", "-t", target]
+        if not inside:
+            return client
         own = self.socket_path()
-        if inside and own and os.path.realpath(inside) == os.path.realpath(own):
+        if own and os.path.realpath(inside) == os.path.realpath(own):
             self._run("switch-client", "-t", target, fast=True)
             return None
-        if inside:  # the caller's own server runs the client in a new window
-            subprocess.run([self.tmux_bin or "tmux", "new-window", "-n", pane.session_name or "muxhost",
+        # the caller's own server runs the client in a new window
+        p = subprocess.run([self.tmux_bin or "tmux", "new-window", "-n", _arg(pane.session_name or "muxhost"),
                             shlex.join(["env", "-u", "TMUX", "-u", "TMUX_PANE", *client])],
-                           check=True, env=dict(env), stdin=subprocess.DEVNULL, capture_output=True)
-            return None
-        return client
+                           env=dict(env), stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+        if p.returncode != 0:
+            raise MuxhostError(f"tmux new-window failed: {(p.stderr or p.stdout).strip() or p.returncode}")
+        return None
 
     def socket_path(self) -> str:
         """The path of this server's socket (tmux's ``#{socket_path}``)."""

@@ -29,9 +29,11 @@ def cmd_tmux_bindings(args) -> int:
 def _other_server(host, server: str | None) -> str | None:
     """Why the key's lines do not belong to the tmux server they were pressed in (``server``: its
     ``#{socket_path}``; ~/.tmux.conf is read by every server), or None when they do."""
+    if not server:  # (bindings printed by an earlier muxhost pass none)
+        return None
     backend = host.current()
     own = getattr(backend, "socket_path", lambda: "")()
-    if not server or (own and os.path.realpath(own) == os.path.realpath(server)):
+    if own and os.path.realpath(own) == os.path.realpath(server):
         return None
     return (f"this key belongs to muxhost's tmux server on {backend.where()}, not to this one ({server}): "
             "nothing done (`muxhost --socket NAME tmux-bindings` prints the lines for another server)")
