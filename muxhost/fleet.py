@@ -241,8 +241,8 @@ class FleetOps:
             target = name if name in sessions[server] else None  # made by this restore: a window in it
             if entry["asleep"]:  # asleep it was, asleep it stays: its stub, no agent and none of its memory
                 with self.record_lock(rec, "restore"):
-                    now = self.store.get(rec.id)
-                    if now is None or now.state != "asleep" or self.live(now, self.view([now])).pane is not None:
+                    now = self.store.get(rec.id)  # (any write since the look moves updated_at)
+                    if now is None or now.state != "asleep" or now.updated_at != rec.updated_at:
                         entry.update(action="skipped", reason="it was woken, stopped or forgotten meanwhile")
                         continue
                     pane, notes = self._show_stub(now, [], target=target)
