@@ -74,7 +74,8 @@ def make_unsafe(path: Path, how: str, outside: Path) -> None:
         raise AssertionError(how)
 
 
-HOWS = ["another user's", "group-writable", "world-writable"]
+# (only giving a file to another user needs root; in CI, which runs as root, nothing is skipped)
+HOWS = [pytest.param("another user's", marks=needs_root), "group-writable", "world-writable"]
 
 
 @pytest.fixture
@@ -85,7 +86,6 @@ def outside(tmp_path):
 
 
 # -- the state folder itself ------------------------------------------------------------------------------
-@needs_root
 @pytest.mark.parametrize("how", HOWS)
 def test_a_state_folder_another_user_could_change_is_refused(mux, how, outside):
     mux.ok("ls")
@@ -134,7 +134,6 @@ def test_a_state_folder_reached_through_another_users_link_is_judged_where_it_le
 
 
 # -- state.db, its -wal and -shm --------------------------------------------------------------------------
-@needs_root
 @pytest.mark.parametrize("how", [*HOWS, "a symlink"])
 @pytest.mark.parametrize("name", ["state.db", "state.db-wal", "state.db-shm"])
 def test_a_store_file_another_user_could_change_is_refused(mux, name, how, outside):
@@ -153,7 +152,6 @@ def test_a_store_file_another_user_could_change_is_refused(mux, name, how, outsi
 
 
 # -- launch/ and locks/ -----------------------------------------------------------------------------------
-@needs_root
 @pytest.mark.parametrize("how", [*HOWS, "a symlink"])
 @pytest.mark.parametrize("folder", ["launch", "locks"])
 def test_a_folder_in_the_state_folder_another_user_could_change_is_refused(mux, folder, how, outside):
@@ -172,7 +170,6 @@ def test_a_folder_in_the_state_folder_another_user_could_change_is_refused(mux, 
 
 
 # -- the lock files ---------------------------------------------------------------------------------------
-@needs_root
 @pytest.mark.parametrize("how", [*HOWS, "a symlink"])
 def test_a_restore_lock_another_user_could_change_is_refused(mux, how, outside):
     # made a symlink, locks/restore.lock had `restore` overwrite its target with "restore pid N"
@@ -186,8 +183,7 @@ def test_a_restore_lock_another_user_could_change_is_refused(mux, how, outside):
     assert snapshot(mux.state_dir / "locks", outside) == before
 
 
-@needs_root
-@pytest.mark.parametrize("how", ["another user's", "a symlink"])
+@pytest.mark.parametrize("how", [pytest.param("another user's", marks=needs_root), "a symlink"])
 def test_a_record_lock_another_user_could_change_is_refused(mux, how, outside):
     rec = mux.ok("launch", "demo", "--json")
     path = record_lock_path(mux.state_dir / "locks", rec["id"])
