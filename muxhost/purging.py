@@ -11,7 +11,7 @@ from typing import Callable, Iterable, Iterator
 
 from muxhost.agent import Agent, AgentContext, PurgeReport
 from muxhost.errors import MuxhostError, NotFound, Refused, UsageError
-from muxhost.state import LIVE_STATES
+from muxhost.state import LIVE_STATES, Live
 from muxhost.store import Record
 
 
@@ -110,7 +110,7 @@ class PurgeOps:
                confirm: Callable[[PurgeReport], bool] | None = None) -> PurgeReport:
         report = PurgeReport(agent=agent.name, conversation_id=conversation_id, record=rec.id if rec else None,
                              home=None if _callers_home(ctx.home) else ctx.home)
-        runs = False
+        runs, live = False, None
         if stop and rec is not None:
             live = self.live(rec, self.view([rec]), agent, check_resumable=False)
             runs = live.state in LIVE_STATES
@@ -120,10 +120,12 @@ class PurgeOps:
         from muxhost import plans
 
         members = self._family(agent, ctx, conversation_id)
-        try:
-            self._refuse_held(agent, ctx, conversation_id, members)
+        try:  # (a dry run with --stop: the record's own agent would be stopped first, so it holds nothing)
+            self._refuse_held(agent, ctx, conversation_id, members, live if dry_run and runs else None)
         except Refused as e:
             if not dry_run:
+                if report.stopped:
+                    raise Refused(f"{e} (record {rec.id} was stopped first: {report.stopped['outcome']})") from None
                 raise
             report.refused = str(e)  # a dry run changes nothing: the plan, and why it would be refused now
         items, legacy = self._plan(agent, ctx, members)
@@ -136,7 +138,7 @@ class PurgeOps:
                 reason = self.pm.hook.muxhost_purge_veto(agent=agent.name, conversation_id=conversation_id,
                                                          artifacts=list(report.plan))
                 report.refused = None if reason is None else f"purge vetoed: {reason}"
-            if runs and report.refused and report.refused.startswith(f"conversation {conversation_id} is in use"):
+            if runs:
                 ctx.notes.append(f"with --stop, record {rec.id} ({rec.name}) is stopped first")
             report.dry_run = True
             report.notes = list(ctx.notes)
@@ -181,12 +183,22 @@ class PurgeOps:
             raise Refused(f"cannot tell the child conversations of {conversation_id} "
                           f"({agent.name}.children: {type(e).__name__}: {e}); nothing was removed") from None
 
-    def _refuse_held(self, agent: Agent, ctx: AgentContext, conversation_id: str, members: list[str]) -> None:
-        """Exit 4 when the conversation or any conversation of its family is held."""
+    def _refuse_held(self, agent: Agent, ctx: AgentContext, conversation_id: str, members: list[str],
+                     stopped: "Live | None" = None) -> None:
+        """Exit 4 when the conversation or any conversation of its family is held — leaving out
+        ``stopped``, a record a ``--stop`` would stop first (itself, and processes of its tree)."""
+        import re
+
+        own = {p.pid for p in stopped.tree} if stopped is not None else set()
+
+        def theirs(h: str) -> bool:
+            m = re.match(r"pid (\d+)\b", h)
+            return stopped is None or not (h.startswith(f"record {stopped.rec.id} ") or (m and int(m.group(1)) in own))
+
         holders = []
         for member in members:
             label = "" if member == conversation_id else f"child conversation {member}: "
-            holders += [label + h for h in self._holders(agent, ctx, member)]
+            holders += [label + h for h in self._holders(agent, ctx, member) if theirs(h)]
         if holders:
             raise Refused(f"conversation {conversation_id} is in use: " + "; ".join(holders))
 
