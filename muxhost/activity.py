@@ -159,7 +159,11 @@ def _cpu(keys: Iterable[tuple[int, float]]) -> dict[tuple[int, float], float]:
 
 
 class ActivityOps:
-    """The activity half of :class:`muxhost.host.Host` (the watch is :mod:`muxhost.watching`)."""
+    """What each running record is doing, by one look, given the host's :class:`muxhost.core.Core`
+    (the watch is :mod:`muxhost.watching`)."""
+
+    def __init__(self, core):
+        self.core = core
 
     def activities(self, lives: list, view) -> None:
         """Set ``activity`` and ``activity_since`` of every running record of ``lives``.
@@ -175,7 +179,7 @@ class ActivityOps:
         short sample (:data:`SAMPLE`, shared by all). ``since`` is the last output for ``idle`` and
         ``waiting``, ``stall_after`` after it for ``stalled``, and unknown (None) for ``working``."""
         now = time.time()
-        stall_after = float(self.config.watch("stall_after"))
+        stall_after = float(self.core.config.watch("stall_after"))
         todo = []
         for lv in lives:
             if lv.state != "running" or lv.pane is None:
@@ -186,23 +190,23 @@ class ActivityOps:
                 todo.append(lv)
         if not todo:
             return
-        answers = {id(lv): ask_plugin(self, a, lv, None, view.table) if (a := self.registry.agents.get(lv.rec.agent))
+        answers = {id(lv): ask_plugin(self.core, a, lv, None, view.table) if (a := self.core.registry.agents.get(lv.rec.agent))
                    else None for lv in todo}
         # an answer of "working" (or none) from a plugin that reads screens may hide a question on
         # the screen (an approval prompt writes nothing to disk): ask those again with their
         # screens, one round trip per server
         again = [lv for lv in todo if answers[id(lv)] in (None, "working")
-                 and needs_screen(self.registry.agents.get(lv.rec.agent))]
-        for backend in {id(b): b for b in (self.backend_of(lv.rec) for lv in again)}.values():
-            mine = [lv for lv in again if self.backend_of(lv.rec) is backend]
+                 and needs_screen(self.core.registry.agents.get(lv.rec.agent))]
+        for backend in {id(b): b for b in (self.core.backend_of(lv.rec) for lv in again)}.values():
+            mine = [lv for lv in again if self.core.backend_of(lv.rec) is backend]
             screens = backend.screens([lv.pane.pane_id for lv in mine])
             for lv in mine:
                 if lv.pane.pane_id in screens:
-                    answers[id(lv)] = ask_plugin(self, self.registry.agents[lv.rec.agent], lv,
+                    answers[id(lv)] = ask_plugin(self.core, self.core.registry.agents[lv.rec.agent], lv,
                                                  screens[lv.pane.pane_id], view.table)
         looks = []
         for lv in todo:
-            agent = self.registry.agents.get(lv.rec.agent)
+            agent = self.core.registry.agents.get(lv.rec.agent)
             out = lv.pane.last_output  # (to the second, maybe: the end of that second, to be sure)
             ev = Evidence(answers[id(lv)], progress=None if out is None else min(out + 1, now))
             _, tools = split_tree(agent, lv.tree)

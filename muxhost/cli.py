@@ -490,8 +490,6 @@ def _records(host, refs) -> list:
 
 def _outcomes(records, results, args, single: bool, done: str) -> int:
     """Print what the ladder did to each record (``stop``, ``sleep``); the worst exit code."""
-    from muxhost.fleet import ASLEEP_ALREADY, NOT_IDLE
-
     failed = [r for r in results if isinstance(r, MuxhostError)]
     if args.json:
         docs = [{"id": rec.id, "name": rec.name, "error": str(r)} if isinstance(r, MuxhostError) else r.to_dict()
@@ -504,10 +502,10 @@ def _outcomes(records, results, args, single: bool, done: str) -> int:
             elif r.already == "stopped":
                 print(f"{rec.name} ({rec.id}) was stopped already")
                 continue
-            elif ASLEEP_ALREADY in r.notes:
+            elif r.skipped == "asleep":
                 print(f"{rec.name} ({rec.id}) was asleep already")
                 continue
-            elif NOT_IDLE in r.notes:
+            elif r.skipped == "not idle":
                 print(f"{rec.name} ({rec.id}) was not idle that long ({r.activity or 'no activity known'}): left awake")
                 continue
             else:

@@ -1,6 +1,6 @@
 """The stop ladder (CONTRACT §3), for one agent or many at once in lockstep: exit text, wait,
-close the pane or session, SIGTERM, SIGKILL — every process of the record, nothing else. Part of
-:class:`muxhost.host.Host`."""
+close the pane or session, SIGTERM, SIGKILL — every process of the record, nothing else, under the
+records' locks (:mod:`muxhost.locks`), each record judged by :class:`muxhost.state.State`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from muxhost import procs
 from muxhost.agent import Agent
@@ -18,6 +18,11 @@ from muxhost.backends import Backend, PaneInfo
 from muxhost.errors import MuxhostError
 from muxhost.state import Live, Located, View, foreign_now, left_alone, woken
 from muxhost.store import Record
+
+if TYPE_CHECKING:
+    from muxhost.core import Core
+    from muxhost.locks import Locks
+    from muxhost.state import State
 
 
 @dataclass
@@ -40,8 +45,15 @@ class _Target:
     error: MuxhostError | None = None
 
 
-class LadderOps:
-    """The stop half of :class:`muxhost.host.Host`."""
+class Ladder:
+    """The stop ladder for records (``stop``, ``stop_many``; ``sleep``'s with ``keep_panes``) and for
+    an agent muxhost did not start (``stop_adopted``)."""
+
+    def __init__(self, core: "Core", state: "State", locks: "Locks"):
+        self.core, self.state, self.locks = core, state, locks
+
+    def stop_setting(self, key: str) -> float:
+        return self.core.stop_setting(key)
 
     def stop(self, rec: Record, grace: float | None = None, view: View | None = None) -> Live:
         """The stop ladder (CONTRACT §3) for a record, run to completion in this process."""
@@ -57,17 +69,17 @@ class LadderOps:
         as long as the slowest one, not 50 times one. Returns, per record in order, its stopped
         :class:`Live` or the error that kept it from stopping cleanly.
 
-        Each record's lock (:meth:`record_locks`) is held throughout: a stop that comes while
+        Each record's lock (:meth:`muxhost.locks.Locks.records`) is held throughout: a stop that comes while
         another muxhost stops, sleeps or resumes the record waits for it, then judges the record
         as that left it (on a new view when it changed meanwhile: any write moves ``updated_at``).
         A record whose lock stays taken past :data:`muxhost.locks.RECORD_WAIT` is refused (exit 4);
         the others are stopped."""
         before = [r.updated_at for r in records]
-        with self.record_locks(records, "stop") as left:
+        with self.locks.records(records, "stop") as left:
             if [r.updated_at for r in records] != before:
                 view = None  # (one of them changed meanwhile: look again)
             todo = [r for r in records if r.id not in left]
-            done = iter(self._stop_many(todo, grace, view) if todo else [])
+            done = iter(self.stop_locked(todo, grace, view) if todo else [])
             return [left[r.id] if r.id in left else next(done) for r in records]
 
     def finish_stops(self, records: list[Record], view: View) -> list[Record]:
@@ -78,7 +90,7 @@ class LadderOps:
         ``muxhost stop`` to finish. A record whose lock is held (its stop under way) is left alone."""
         left_over = []
         try:
-            with self.record_locks(records, "stop", timeout=0.0) as busy:
+            with self.locks.records(records, "stop", timeout=0.0) as busy:
                 for rec in records:
                     if rec.id in busy or rec.state != "stopping":
                         continue
@@ -87,23 +99,23 @@ class LadderOps:
                     if t.victims or (pane is not None and not pane.dead and not view.foreign(rec)):
                         left_over.append(rec)
                     else:
-                        self.store.update(rec, state="stopped", stopped_at=time.time(), outcome=None, seconds=None)
+                        self.core.store.update(rec, state="stopped", stopped_at=time.time(), outcome=None, seconds=None)
         except MuxhostError:
             pass  # (a write that failed: the next ls tries again)
         return left_over
 
-    def _stop_many(self, records: list[Record], grace: float | None, view: View | None, keep_panes: bool = False,
+    def stop_locked(self, records: list[Record], grace: float | None, view: View | None, keep_panes: bool = False,
                    refreshed: bool = False) -> list["Live | MuxhostError"]:
         """:meth:`stop_many` under the records' locks. ``keep_panes`` (``muxhost sleep``): step 3 is
         SIGHUP to each agent's processes instead of closing its pane, which stays (dead, on a
         backend that keeps dead panes); the records are ``asleep``, not ``stopped``.
         ``refreshed``: the caller has just refreshed their conversation ids on ``view``."""
-        view = view or self.view(records)
-        lives = [self.live(rec, view, check_resumable=False) for rec in records]
+        view = view or self.state.view(records)
+        lives = [self.state.live(rec, view, check_resumable=False) for rec in records]
         running = [lv for lv in lives if lv.state == "running"]
         if running and not refreshed:
             try:
-                self.refresh(running, view)  # the conversation each is in right now, before it goes
+                self.state.refresh(running, view)  # the conversation each is in right now, before it goes
             except MuxhostError:
                 pass  # (a store that cannot be written, a full disk: the ladder runs all the same)
         since = min((r.launched_at for r in records), default=0.0)
@@ -118,45 +130,44 @@ class LadderOps:
             for rec in records:
                 if rec.state != "stopping" and rec.id not in already:
                     try:
-                        self.store.update(rec, state="stopping")
+                        self.core.store.update(rec, state="stopping")
                     except MuxhostError:
                         pass  # (the store cannot be written: the ladder runs all the same)
         self._ladder(targets, grace)
         if os.environ.get("MUXHOST_TEST_HOLD") == "stop-record":  # tests: a stop killed right here
             print("muxhost: test hold: the ladder ended, the record is not written", file=sys.stderr, flush=True)
             time.sleep(120)
-        out: list[Live | MuxhostError] = []
-        for rec, t in zip(records, targets):
-            if t.error is not None:
-                out.append(t.error)
-                continue
-            agent = self.registry.agents.get(rec.agent)
-            if rec.id in already:
-                result = Live(rec, "stopped", None, [], already="stopped")
-                result.resumable = self._resumable(agent, rec, result)
-                out.append(result)
-                continue
-            now = time.time()
-            try:
-                if keep_panes:
-                    self.store.update(rec, state="asleep", stopped_at=now, slept_at=now, outcome=t.outcome,
-                                      seconds=t.seconds)
-                else:
-                    self.store.update(rec, state="stopped", stopped_at=now, outcome=t.outcome, seconds=t.seconds)
-            except MuxhostError as e:  # it is down all the same: say so, and that the record is not
-                out.append(MuxhostError(f"{'asleep' if keep_panes else 'stopped'} ({t.outcome} after "
-                                        f"{t.seconds:.2f}s), but the record could not be written: {e}"))
-                continue
-            result = Live(rec, rec.state, None, [])
-            result.notes = [t.note] if t.note and t.outcome == "exit" else []
-            result.resumable = self._resumable(agent, rec, result)
-            self.pm.hook.muxhost_agent_stopped(record=result.to_dict(), outcome=t.outcome)
-            out.append(result)
-        return out
+        return [self._written(rec, t, rec.id in already, keep_panes) for rec, t in zip(records, targets)]
+
+    def _written(self, rec: Record, t: "_Target", already: bool, keep_panes: bool) -> "Live | MuxhostError":
+        """What the ladder did to ``rec``, written down (``stopped``, or ``asleep`` with ``keep_panes``)
+        and announced; ``already``: it was stopped already, and nothing of it was left."""
+        if t.error is not None:
+            return t.error
+        agent = self.core.registry.agents.get(rec.agent)
+        if already:
+            result = Live(rec, "stopped", None, [], already="stopped")
+            result.resumable = self.core.resumable(agent, rec, result)
+            return result
+        now = time.time()
+        try:
+            if keep_panes:
+                self.core.store.update(rec, state="asleep", stopped_at=now, slept_at=now, outcome=t.outcome,
+                                       seconds=t.seconds)
+            else:
+                self.core.store.update(rec, state="stopped", stopped_at=now, outcome=t.outcome, seconds=t.seconds)
+        except MuxhostError as e:  # it is down all the same: say so, and that the record is not
+            return MuxhostError(f"{'asleep' if keep_panes else 'stopped'} ({t.outcome} after "
+                                f"{t.seconds:.2f}s), but the record could not be written: {e}")
+        result = Live(rec, rec.state, None, [])
+        result.notes = [t.note] if t.note and t.outcome == "exit" else []
+        result.resumable = self.core.resumable(agent, rec, result)
+        self.core.pm.hook.muxhost_agent_stopped(record=result.to_dict(), outcome=t.outcome)
+        return result
 
     def _stop_target(self, rec: Record, view: View, keep_pane: bool = False) -> "_Target":
-        agent = self.registry.agents.get(rec.agent)
-        backend = self.backend_of(rec)
+        agent = self.core.registry.agents.get(rec.agent)
+        backend = self.core.backend_of(rec)
         # (a pane that runs another program now is not the agent's: nothing typed, signalled or closed)
         foreign = view.foreign(rec)
         pane = None if foreign else view.pane_for(rec)
@@ -196,7 +207,7 @@ class LadderOps:
         victims = {p.key: p for p in [*view.table.tree(root.pid if root else None), *collect(view.table)]}
         note = f"the agent had already exited; {left_alone(foreign)}" if foreign else ""
         return _Target(f"record {rec.id}", backend, pane.pane_id if pane else None, agent, agent_proc,
-                       victims, collect, close, self.exit_pause(agent), note=note, keeps_pane=keep_pane)
+                       victims, collect, close, self.core.exit_pause(agent), note=note, keeps_pane=keep_pane)
 
     def _ladder(self, targets: list["_Target"], grace: float | None) -> None:
         """Steps 1-5 of the ladder for every target at once. ``collect(table)`` lists every process
@@ -260,6 +271,10 @@ class LadderOps:
                 _grow(t, table)
                 if not procs.alive(t.victims):
                     done(t, "exit")
+        self._close_and_signal(targets, done)
+
+    def _close_and_signal(self, targets: list["_Target"], done: Callable[["_Target", str], None]) -> None:
+        """:meth:`_steps` 3-5, for whatever the exit text left; ``done(t, outcome)`` ends a target."""
         # 3. close every pane (or session)
         snapshots: dict[int, list[PaneInfo]] = {}
 
@@ -310,6 +325,11 @@ class LadderOps:
             self._kill_all(left)
             for t in left:
                 done(t, "kill")
+        self._ancestors_left(targets, spared)
+
+    @staticmethod
+    def _ancestors_left(targets: list["_Target"], spared: dict[int, list[tuple[int, float]]]) -> None:
+        """An error for each target whose processes this muxhost spared (its own ancestors) still run."""
         for t in targets:
             # the ancestors of this muxhost that are the agent's: closing the pane ends them (sleep:
             # the stub's respawn does); one that outlived that is said, never signalled
@@ -377,7 +397,7 @@ class LadderOps:
         """The ladder for an agent muxhost did not start: its pane (the user's shell) is left alone;
         step 3 is SIGHUP to the agent's own tree instead of killing the pane."""
         root = loc.proc
-        backend = self.current()
+        backend = self.core.current()
 
         def collect(table: procs.ProcessTable) -> list[procs.Proc]:
             return table.tree_of(root.key)
@@ -388,7 +408,7 @@ class LadderOps:
 
         victims = {p.key: p for p in collect(procs.ProcessTable.snapshot())}
         t = _Target(f"{loc.agent.name} in pane {loc.pane.pane_id}", backend, loc.pane.pane_id, loc.agent, root,
-                    victims, collect, close, self.exit_pause(loc.agent))
+                    victims, collect, close, self.core.exit_pause(loc.agent))
         self._ladder([t], grace)
         if t.error is not None:
             raise t.error
@@ -420,7 +440,7 @@ def _spare_self(t: "_Target") -> None:
 
 
 def _kill_rounds(targets: list["_Target"], keys: dict[int, set]) -> None:
-    """:meth:`LadderOps._kill_all`'s rounds (freeze, kill, wait); ``keys`` is left holding what survives."""
+    """:meth:`Ladder._kill_all`'s rounds (freeze, kill, wait); ``keys`` is left holding what survives."""
     for _ in range(10):
         for _ in range(20):
             table = procs.ProcessTable.snapshot()

@@ -1,5 +1,6 @@
 """Launch and resume: the agent's environment, its command checked before any pane exists, the
-pane started under a record. Part of :class:`muxhost.host.Host`."""
+pane started under a record, under the conversation's and the record's locks (:mod:`muxhost.locks`),
+after the refusals (:mod:`muxhost.refusals`)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,21 @@ import contextlib
 import os
 import re
 import time
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from muxhost import procs, worktrees
 from muxhost.agent import Agent, AgentContext, Launch
 from muxhost.backends import AGENT_OPTION, RECORD_OPTION
 from muxhost.errors import MuxhostError, NotFound, Refused, UsageError
+from muxhost.refusals import check_id
 from muxhost.state import Live, owners
 from muxhost.store import Record
+
+if TYPE_CHECKING:
+    from muxhost.core import Core
+    from muxhost.locks import Locks
+    from muxhost.refusals import Refusals
+    from muxhost.state import State
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 ID_BYTES = 4  # a record id is os.urandom(ID_BYTES).hex(): 8 lowercase hex digits
@@ -28,23 +36,18 @@ UP_TIMEOUT = 3.0
 UP_SETTLE = 0.2
 
 
-class LaunchOps:
-    """The launch half of :class:`muxhost.host.Host`."""
+class Launching:
+    """Launch and resume (and so wake and restore) of records."""
 
-    def client_vars(self) -> set[str]:
-        """What every installed backend's multiplexer tells its processes about their client (tmux:
-        TMUX, TMUX_PANE): never handed on to a process muxhost starts in a pane."""
-        drop = set(self.current().client_env)
-        for factory in self.registry.backends.values():
-            drop |= set(getattr(factory, "client_env", ()))
-        return drop
+    def __init__(self, core: "Core", state: "State", locks: "Locks", refusals: "Refusals"):
+        self.core, self.state, self.locks, self.refusals = core, state, locks, refusals
 
     def agent_env(self, base: dict[str, str], home: str | None, agent_name: str,
                   extra: Iterable[str] = ()) -> tuple[str, dict[str, str]]:
         # what the launching client's multiplexer says about ITSELF (tmux: TMUX, TMUX_PANE): the
         # agent's pane gets its own
         # (of every installed backend: a launch on herdr from inside tmux must not hand over TMUX)
-        drop = self.client_vars()
+        drop = self.core.client_vars()
         env = {k: v for k, v in base.items() if k not in drop}
         caller_home = base.get("HOME") or os.path.expanduser("~")
         home = os.path.abspath(os.path.expanduser(home)) if home else caller_home
@@ -55,7 +58,7 @@ class LaunchOps:
             for var in _XDG_VARS:
                 env.pop(var, None)
         env["HOME"] = home
-        env.update(self.config.agent(agent_name).get("env") or {})
+        env.update(self.core.config.agent(agent_name).get("env") or {})
         for pair in extra:
             key, sep, value = pair.partition("=")
             if not sep or not ENV_RE.fullmatch(key):
@@ -66,7 +69,7 @@ class LaunchOps:
     def launch(self, agent_name: str, *, cwd: str | None = None, name: str | None = None,
                target: str | None = None, split: str | None = None, home: str | None = None,
                env: Iterable[str] = (), args: Iterable[str] = (), worktree: str | None = None) -> Live:
-        agent = self.registry.agent(agent_name)
+        agent = self.core.registry.agent(agent_name)
         cwd = os.path.abspath(os.path.expanduser(cwd or os.getcwd()))
         if not os.path.isdir(cwd):
             raise UsageError(f"--cwd {cwd}: no such directory")
@@ -77,19 +80,19 @@ class LaunchOps:
         if ID_LIKE_RE.fullmatch(name):
             raise UsageError(f"--name {name!r} looks like a record id (or a prefix of one: up to "
                              f"{2 * ID_BYTES} hex digits); a REF would not tell them apart: choose another name")
-        everyone = self.store.all()
+        everyone = self.core.store.all()
         for other in everyone:
             if other.name == name and other.state != "stopped":
                 raise UsageError(f"--name {name!r} is already used by record {other.id}")
         home, full_env = self.agent_env(dict(os.environ), home, agent.name, env)
         wt, rec = None, None
         if worktree is not None:  # a new branch in a new folder (muxhost.worktrees), undone if the launch fails
-            wt, rel = worktrees.plan(cwd, worktree, self.config.worktree_root)
+            wt, rel = worktrees.plan(cwd, worktree, self.core.config.worktree_root)
             cwd = worktrees.create(wt, rel)
         try:
             full_env[procs.RECORD_ENV] = rid
             full_env["PWD"] = cwd  # as a shell would set it: some agents take their folder from $PWD
-            cfg = self.config.agent(agent.name)
+            cfg = self.core.config.agent(agent.name)
             ctx = AgentContext(home=home, env=dict(full_env), cwd=cwd, launched_at=time.time(), config=cfg,
                                args=list(cfg.get("args") or []) + list(args), record_id=rid,
                                claimed=frozenset(owners(everyone, agent.name)))
@@ -98,15 +101,15 @@ class LaunchOps:
             self.check_command(agent, list(launch.argv), full_env, cwd)  # no record, no pane, if it cannot run
             notes = list(ctx.notes)
             rec = Record(id=rid, name=name, agent=agent.name, cwd=cwd, home=home, launched_at=ctx.launched_at,
-                         backend=self.backend_name, socket=self.socket, conversation_id=launch.conversation_id,
+                         backend=self.core.backend_name, socket=self.core.socket, conversation_id=launch.conversation_id,
                          env=full_env, argv=list(launch.argv), worktree=wt)
             cid = launch.conversation_id
             # into a conversation that is on disk (`-- --resume ID`): never while it is being purged
             existing = cid is not None and self._exists(agent, ctx, cid)
-            with self.conversation_lock(agent.name, cid, "launch") if existing else contextlib.nullcontext():
+            with self.locks.conversation(agent.name, cid, "launch") if existing else contextlib.nullcontext():
                 if existing and not self._exists(agent, ctx, cid):
                     raise NotFound(f"conversation {cid} of agent {agent.name} no longer exists")
-                self.store.insert(rec)  # `starting`: a launch killed from here on is seen as lost, never half
+                self.core.store.insert(rec)  # `starting`: a launch killed from here on is seen as lost, never half
                 live = self._start(rec, agent, launch, target=target, split=split)
             live.notes = notes
             self._wait_up(rec, live.pane.pane_id)  # (no lock held: a purge asking meanwhile sees it running)
@@ -128,7 +131,7 @@ class LaunchOps:
         try:
             return bool(agent.exists(ctx, conversation_id))
         except Exception as e:
-            self.warn(agent.name, "exists", e)
+            self.core.warn(agent.name, "exists", e)
             return True
 
     @staticmethod
@@ -158,10 +161,10 @@ class LaunchOps:
 
     def _start(self, rec: Record, agent: Agent, launch: Launch, target=None, split=None,
                respawn_pane: str | None = None, session_name: str | None = None) -> Live:
-        backend = self.backend_of(rec)
+        backend = self.core.backend_of(rec)
         # (its plugins imported now, before any pane: a plugin that cannot be imported any more is
         # an error before the agent runs, not after)
-        announce = self.pm.hook.muxhost_agent_launched
+        announce = self.core.pm.hook.muxhost_agent_launched
         env = dict(rec.env)
         env.update(launch.env)
         try:
@@ -176,7 +179,7 @@ class LaunchOps:
                 self._forget(rec)
             raise
         pids = procs.key_of(pane.pid)  # the pane's process is the agent only while it is this one
-        self.store.update(rec, state="running", pane=pane.pane_id, session=pane.session_id if created else rec.session,
+        self.core.store.update(rec, state="running", pane=pane.pane_id, session=pane.session_id if created else rec.session,
                           session_name=pane.session_name or rec.session_name, slept_at=None,
                           created_session=created, pids=pids, stopped_at=None, outcome=None, seconds=None,
                           conversation_id=launch.conversation_id or rec.conversation_id, argv=list(launch.argv))
@@ -188,7 +191,7 @@ class LaunchOps:
         """Until the agent shows its first screen (and a moment more): one that exits at once
         (a bad flag, a missing key) is exit 1 with its status and its last lines, not "launched".
         The record stays (``exited``: ``ls`` shows it, ``resume`` and ``rm`` work on it)."""
-        backend = self.backend_of(rec)
+        backend = self.core.backend_of(rec)
         deadline = time.monotonic() + UP_TIMEOUT
         seen_at, screen = None, ""
 
@@ -202,7 +205,7 @@ class LaunchOps:
         while True:  # (one cheap look at the process muxhost started, and the screen, each time)
             if started is not None and not procs.same_process(int(started[0]), started[1]):
                 break
-            if started is None and self.live(rec, self.view([rec]), check_resumable=False).state != "running":
+            if started is None and self.state.live(rec, self.state.view([rec]), check_resumable=False).state != "running":
                 break
             now = time.monotonic()
             screen = look() or screen
@@ -211,7 +214,7 @@ class LaunchOps:
             if now >= deadline or (seen_at is not None and now - seen_at >= UP_SETTLE):
                 return
             time.sleep(0.05)
-        live = self.live(rec, self.view([rec]), check_resumable=False)
+        live = self.state.live(rec, self.state.view([rec]), check_resumable=False)
         if live.state in ("running", "starting"):
             return  # (its first process ended, but what it started runs on in the pane)
         pane = live.pane
@@ -227,7 +230,7 @@ class LaunchOps:
                            f"`muxhost rm {rec.id}` forgets it)")
 
     def _forget(self, rec: Record) -> None:
-        with self.store.transaction() as con:
+        with self.core.store.transaction() as con:
             con.execute("DELETE FROM records WHERE id = ? AND state = 'starting'", (rec.id,))
 
     def resume(self, rec: Record, target: str | None = None, split: str | None = None,
@@ -235,19 +238,19 @@ class LaunchOps:
         """The record's conversation again, in its (dead) pane, else a new one (``target``, ``split``;
         a new session is named ``session_name``, default the record's name). An asleep record wakes
         in its own pane: the agent replaces muxhost's stub there."""
-        agent = self.registry.agent(rec.agent)
-        view = self.view([rec])
-        live = self.live(rec, view, agent, check_resumable=False)
+        agent = self.core.registry.agent(rec.agent)
+        view = self.state.view([rec])
+        live = self.state.live(rec, view, agent, check_resumable=False)
         if live.state in ("running", "starting"):
             where = f" in pane {live.pane.pane_id}" if live.pane else ""
             raise Refused(f"record {rec.id} is {live.state}{where}; stop it first")
         cid = rec.conversation_id
         if not cid:
             raise NotFound(f"record {rec.id} has no conversation id to resume")
-        self.check_id(agent, cid)
+        check_id(agent, cid)
         if not os.path.isdir(rec.cwd):
             raise NotFound(f"cannot resume {rec.id}: its directory {rec.cwd} no longer exists")
-        ctx = self.context(rec)
+        ctx = self.core.context(rec)
         try:  # first: a plugin may refuse with a precise reason (NotFound("… belongs to /other/cwd"))
             launch = self._checked_launch(agent, agent.resume(ctx, cid))
         except NotImplementedError as e:
@@ -258,8 +261,8 @@ class LaunchOps:
         # under the conversation's lock until the pane runs: a purge of it that starts meanwhile
         # sees this record running (and one already under way makes this wait, then refuse)
         # and under the record's: a stop or sleep of it under way finishes first (then this refuses)
-        with self.conversation_lock(agent.name, cid, "resume"), self.record_lock(rec, "resume"):
-            now = self.store.get(rec.id)
+        with self.locks.conversation(agent.name, cid, "resume"), self.locks.record(rec, "resume"):
+            now = self.core.store.get(rec.id)
             # another muxhost woke, resumed or stopped it meanwhile (a resume moves launched_at under
             # this lock: two resumes of one lost record never both start it)
             if now is None or (now.state, now.launched_at) != (rec.state, rec.launched_at):
@@ -268,10 +271,10 @@ class LaunchOps:
                 raise NotFound(f"conversation {cid} of agent {agent.name} no longer exists")
             # (an asleep record's pane runs muxhost's stub, and the ladder ended the agent there)
             stub = live.state == "asleep" and live.pane is not None
-            self.refuse_alive(rec, agent, [] if stub else [cid], own=[p.pid for p in live.tree])
-            self.store.update(rec, launched_at=time.time())
+            self.refusals.refuse_alive(rec, agent, [] if stub else [cid], own=[p.pid for p in live.tree])
+            self.core.store.update(rec, launched_at=time.time())
             reuse = (live.pane is not None and (live.pane.dead or live.state == "asleep") and not (target or split)
-                     and self.backend_of(rec).keeps_dead_panes)  # (herdr: no pane to start in again)
+                     and self.core.backend_of(rec).keeps_dead_panes)  # (herdr: no pane to start in again)
             other = view.foreign(rec)
             if other is not None and not (target or split):  # its pane is the user's now: a window beside it
                 target = other[0].session_id
@@ -279,7 +282,7 @@ class LaunchOps:
                                   respawn_pane=live.pane.pane_id if reuse else None, session_name=session_name)
             if live.state == "asleep" and live.pane is not None and not reuse:  # woken elsewhere: no stub left
                 with contextlib.suppress(MuxhostError):
-                    self.backend_of(rec).kill_pane(live.pane.pane_id)
+                    self.core.backend_of(rec).kill_pane(live.pane.pane_id)
         started.notes = list(ctx.notes)
         self._wait_up(rec, started.pane.pane_id)  # (after the stub's pane went, outside the locks)
         return started

@@ -1,4 +1,4 @@
-"""The per-conversation lock that keeps a purge and a resume (or a launch into that conversation)
+"""The host's locks: the per-conversation lock that keeps a purge and a resume (or a launch into that conversation)
 from overlapping, and the per-record lock that keeps a stop, a sleep, a resume (a wake) and an
 ``rm`` of one record from overlapping. ``flock`` with a deadline and :class:`LockTimeout` live in
 :mod:`muxhost.kit.flock` and are importable from here too.
@@ -23,14 +23,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+from muxhost.errors import MuxhostError, NotFound, Refused
 from muxhost.kit.flock import LockTimeout, flock
-from muxhost.store import private_folder
+from muxhost.store import Record, private_folder
 
 if TYPE_CHECKING:
-    from muxhost.errors import Refused
+    from muxhost.core import Core
 
 __all__ = ["CONVERSATION_WAIT", "RECORD_WAIT", "LockTimeout", "flock", "conversation_lock_path", "conversation",
-           "record_lock_path", "records"]
+           "record_lock_path", "records", "Locks"]
 
 #: how long a second purge, resume or launch of one conversation waits before it is refused
 CONVERSATION_WAIT = 2.0
@@ -49,8 +50,6 @@ def conversation(lock_dir: str | os.PathLike, agent: str, conversation_id: str, 
                  timeout: float = CONVERSATION_WAIT) -> Iterator[None]:
     """Hold the lock of ``agent``'s conversation for ``purpose`` (``purge``, ``resume``, ``launch``);
     refused (exit 4) when another muxhost holds it past ``timeout``."""
-    from muxhost.errors import Refused
-
     lock_dir = private_folder(lock_dir)
     path = conversation_lock_path(lock_dir, agent, conversation_id)
     try:
@@ -73,14 +72,12 @@ def record_lock_path(lock_dir: str | os.PathLike, record_id: str) -> Path:
 
 @contextlib.contextmanager
 def records(lock_dir: str | os.PathLike, record_ids: list[str], purpose: str,
-            timeout: float | None = None) -> Iterator[dict[str, "Refused"]]:
+            timeout: float | None = None) -> Iterator[dict[str, Refused]]:
     """Hold the lock of each record in ``record_ids`` for ``purpose`` (``stop``, ``sleep``,
     ``resume``, ``rm``), taken in sorted order (two muxhosts never each hold one the other waits
     for), all within one deadline ``timeout`` seconds away (default :data:`RECORD_WAIT`). Yields the records whose lock another
     muxhost held past the deadline, each with its refusal (exit 4): the caller leaves those alone
     and does the rest (one busy record never keeps a `stop --all` from stopping the others)."""
-    from muxhost.errors import Refused
-
     lock_dir = private_folder(lock_dir)
     deadline = time.monotonic() + (RECORD_WAIT if timeout is None else timeout)
     busy: dict[str, Refused] = {}
@@ -93,3 +90,47 @@ def records(lock_dir: str | os.PathLike, record_ids: list[str], purpose: str,
                 busy[rid] = Refused(f"record {rid} is busy ({e.holder or 'another muxhost'}): another muxhost is "
                                     "stopping, putting to sleep, waking or removing it; try again")
         yield busy
+
+
+class Locks:
+    """The locks above, in the state dir beside the store (``<state>/locks``), for records."""
+
+    def __init__(self, core: "Core"):
+        self.core = core
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.core.store.path).parent / "locks"
+
+    def conversation(self, agent: str, conversation_id: str, purpose: str):
+        """The per-conversation lock (:func:`conversation`)."""
+        return conversation(self.folder, agent, conversation_id, purpose)
+
+    @contextlib.contextmanager
+    def records(self, recs: list[Record], purpose: str,
+                timeout: float | None = None) -> Iterator[dict[str, MuxhostError]]:
+        """Hold the per-record locks (:func:`records`) of ``recs``, each record then read again (into
+        the caller's objects: it prints them) as whoever held the lock before left it. Yields those
+        left alone, with their error: another muxhost held the lock too long (exit 4; ``timeout``:
+        the wait, default :data:`RECORD_WAIT`), or removed the record meanwhile (exit 3)."""
+        store = self.core.store
+        with records(self.folder, [r.id for r in recs], purpose, timeout) as busy:
+            left: dict[str, MuxhostError] = dict(busy)
+            for r in recs:
+                if r.id in left:
+                    continue
+                now = store.get(r.id)
+                if now is None:
+                    left[r.id] = NotFound(f"record {r.id} ({r.name}) is gone: another muxhost removed it")
+                elif now.updated_at != r.updated_at:
+                    vars(r).update(vars(now))
+            yield left
+
+    @contextlib.contextmanager
+    def record(self, rec: Record, purpose: str) -> Iterator[None]:
+        """One record's lock, refused (exit 4) when another muxhost holds it too long; ``rec`` is
+        left as the caller read it (to compare it with the store's)."""
+        with records(self.folder, [rec.id], purpose) as busy:
+            if busy:
+                raise busy[rec.id]
+            yield

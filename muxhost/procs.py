@@ -21,7 +21,7 @@ RECORD_ENV = "MUXHOST_RECORD"
 # what reading a process that is exiting can raise: psutil's errors, and (seen on Linux) an
 # IndexError or ValueError when /proc/<pid>/stat is read half written
 _GONE = (psutil.Error, OSError, IndexError, ValueError)
-_CT_TOLERANCE = 0.01  # seconds; create times come from clock ticks
+CT_TOLERANCE = 0.01  # seconds; create times come from clock ticks
 
 
 class Proc:
@@ -41,7 +41,7 @@ class Proc:
         if self._cmdline is None:
             try:
                 ps = psutil.Process(self.pid)
-                same = abs(ps.create_time() - self.create_time) <= _CT_TOLERANCE
+                same = abs(ps.create_time() - self.create_time) <= CT_TOLERANCE
                 self._cmdline = tuple(ps.cmdline()) if same else ()
             except _GONE:
                 self._cmdline = ()
@@ -147,7 +147,7 @@ class ProcessTable:
         """:meth:`tree` of the process ``key`` = (pid, create time), or [] when that pid is now
         another process: the children of a reused pid are never taken for ours."""
         root = self.get(key[0])
-        if root is None or abs(root.create_time - key[1]) > _CT_TOLERANCE:
+        if root is None or abs(root.create_time - key[1]) > CT_TOLERANCE:
             return []
         return self.tree(key[0])
 
@@ -240,12 +240,18 @@ class Sampler:
         return ProcessTable(procs)
 
 
+def with_argv(table: ProcessTable, token: str, exclude: Iterable[int] = ()) -> list[Proc]:
+    """Processes whose argv contains ``token``, as a word or inside one (``--session=ID``); never
+    this process, its parent (the shell of a ``sh -c "muxhost purge … ID"``) or muxhost's own."""
+    skip = set(exclude) | {os.getpid(), os.getppid()}
+    return [p for p in table.with_token(token, exclude=skip) if not is_muxhost(p)]
+
+
 def argv_holders(token: str, table: ProcessTable | None = None, exclude: Iterable[int] = ()) -> list[str]:
     """``["pid 812 claude --resume <id>", …]`` for every process whose argv names ``token``
-    (muxhost's own processes excepted). Kept here; it lives in :mod:`muxhost.kit.holders`."""
-    from muxhost.kit.holders import argv_holders as impl
-
-    return impl(token, table, exclude)
+    (muxhost's own processes excepted); also :func:`muxhost.kit.holders.argv_holders`."""
+    table = table or ProcessTable.snapshot(cmdlines=True)
+    return [p.describe() for p in with_argv(table, token, exclude)]
 
 
 @functools.lru_cache(maxsize=1)
@@ -259,7 +265,7 @@ def _tmux_program() -> str | None:
 def _runs_tmux(pid: int, create_time: float) -> bool:
     try:
         ps = psutil.Process(pid)
-        if abs(ps.create_time() - create_time) > _CT_TOLERANCE:
+        if abs(ps.create_time() - create_time) > CT_TOLERANCE:
             return False
         program = _tmux_program()
         return program is not None and os.path.realpath(ps.exe()) == program
@@ -300,7 +306,7 @@ def is_muxhost(p: Proc) -> bool:
 
 def same_key(proc: Proc, key) -> bool:
     """True when ``key`` (a record's ``[pid, create time]``) is the process ``proc``."""
-    return int(key[0]) == proc.pid and abs(float(key[1]) - proc.create_time) <= _CT_TOLERANCE
+    return int(key[0]) == proc.pid and abs(float(key[1]) - proc.create_time) <= CT_TOLERANCE
 
 
 def key_of(pid: int | None) -> list[list[float]]:
@@ -315,7 +321,7 @@ def record_of(proc: Proc) -> str | None:
     """The ``MUXHOST_RECORD`` in ``proc``'s environment (None: none, gone, or not readable)."""
     try:
         ps = psutil.Process(proc.pid)
-        if abs(ps.create_time() - proc.create_time) > _CT_TOLERANCE:
+        if abs(ps.create_time() - proc.create_time) > CT_TOLERANCE:
             return None
         return ps.environ().get(RECORD_ENV)
     except _GONE:
@@ -326,7 +332,7 @@ def same_process(pid: int, create_time: float) -> bool:
     """True when ``pid`` is running (not a zombie) and is the process that had ``create_time``."""
     try:
         p = psutil.Process(pid)
-        if abs(p.create_time() - create_time) > _CT_TOLERANCE:
+        if abs(p.create_time() - create_time) > CT_TOLERANCE:
             return False
         return p.status() != psutil.STATUS_ZOMBIE
     except psutil.AccessDenied:
@@ -359,7 +365,7 @@ def lineage() -> set[tuple[int, float]]:
 
 
 def _in(key: tuple[int, float], keys: Iterable[tuple[int, float]]) -> bool:
-    return any(pid == key[0] and abs(ct - key[1]) <= _CT_TOLERANCE for pid, ct in keys)
+    return any(pid == key[0] and abs(ct - key[1]) <= CT_TOLERANCE for pid, ct in keys)
 
 
 def spared(key: tuple[int, float]) -> bool:
@@ -375,7 +381,7 @@ def signal_if_same(pid: int, create_time: float, sig: int) -> bool:
         return False
     try:
         p = psutil.Process(pid)
-        if abs(p.create_time() - create_time) > _CT_TOLERANCE:
+        if abs(p.create_time() - create_time) > CT_TOLERANCE:
             return False
         p.send_signal(sig)
         return True

@@ -1,20 +1,24 @@
 """State: who runs where. One look at the world (:class:`View`: every pane, one query per
 server, and the process table), each record's live state (:class:`Live`), the conversation each
-running agent is in (``refresh``), REF resolution, finding the agent in a pane, and ``reconcile``.
-Part of :class:`muxhost.host.Host`."""
+running agent is in (``refresh``), REF resolution, finding the agent in a pane, and ``reconcile``:
+:class:`State`, given the host's :class:`muxhost.core.Core`."""
 
 from __future__ import annotations
 
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from muxhost import procs
 from muxhost.agent import Agent, AgentContext
 from muxhost.backends import PaneInfo
 from muxhost.errors import MuxhostError, NotFound, UsageError
+from muxhost.refusals import holder_pid
 from muxhost.store import Record
+
+if TYPE_CHECKING:
+    from muxhost.core import Core
 
 STARTING_GRACE = 30.0  # a `starting` record without a pane after this long is lost
 #: the states `ls` shows without --all, and `stop --all` stops: an agent (or its stub) may be there
@@ -149,6 +153,7 @@ class Live:
     activity: str | None = None          # working | waiting | idle | stalled (muxhost.activity), when running
     activity_since: float | None = None  # epoch seconds it has held since (None: unknown)
     already: str | None = None  # a wake of one awake ("awake"), a stop of one stopped ("stopped"): nothing done
+    skipped: str | None = None  # a sleep that left it as it was, and why: "asleep" (already), "not idle"
 
     def to_dict(self) -> dict[str, Any]:
         r = self.rec
@@ -172,20 +177,21 @@ class Live:
             d["notes"] = list(self.notes)
         if self.already:
             d["already"] = self.already
+        if self.skipped:
+            d["skipped"] = self.skipped
         return d
 
 
-class StateOps:
-    """The state half of :class:`muxhost.host.Host`."""
+class State:
+    """Who runs where: looks at the world and judges each record by it."""
 
-    def no_server(self) -> str:
-        b = self.current()
-        return f"no {b.name} server running on {b.where()}"
+    def __init__(self, core: "Core"):
+        self.core = core
 
     def view(self, records: Iterable[Record] = (), servers: Iterable[tuple[str, str | None]] = ()) -> View:
         """Every pane of each server the records are on (and of ``servers``), one query per server."""
         wanted = {server_of(r) for r in records} | set(servers)
-        panes = {s: self.backend(s[1], s[0]).snapshot() for s in wanted}
+        panes = {s: self.core.backend(s[1], s[0]).snapshot() for s in wanted}
         return View(panes, procs.ProcessTable.snapshot())
 
     def live(self, rec: Record, view: View, agent: Agent | None = None, check_resumable: bool = True) -> Live:
@@ -208,51 +214,16 @@ class StateOps:
             state = rec.state
         elif rec.state == "starting" and time.time() - rec.created_at < STARTING_GRACE:
             state = "starting"
-        elif rec.state == "running" and not self.backend_of(rec).keeps_dead_panes and view.server_running(
+        elif rec.state == "running" and not self.core.backend_of(rec).keeps_dead_panes and view.server_running(
                 server_of(rec)) and not any(view.table.tree_of((int(k[0]), k[1])) for k in rec.pids if len(k) == 2):
             state = "exited"  # a multiplexer that keeps no dead pane: the agent ended and its pane with it
         else:
             state = "lost"
         live = Live(rec, state, pane, tree)
         if check_resumable and rec.conversation_id and state != "running":
-            agent = agent or self.registry.agents.get(rec.agent)
-            live.resumable = self._resumable(agent, rec, live)
+            agent = agent or self.core.registry.agents.get(rec.agent)
+            live.resumable = self.core.resumable(agent, rec, live)
         return live
-
-    def _resumable(self, agent: Agent | None, rec: Record, live: "Live | None" = None) -> bool:
-        if agent is None or not agent.valid_id(rec.conversation_id):
-            return False
-        try:
-            return bool(agent.exists(self.context(rec), rec.conversation_id))
-        except Exception as e:  # not resumable as far as we can tell, and the user is told why
-            self.warn(agent.name, "exists", e, rec, live)
-            return False
-
-    def warn(self, agent: str, hook: str, error: BaseException, rec: Record | None = None,
-             live: "Live | None" = None) -> dict[str, str]:
-        """A plugin hook failed: carry on, but say so (``ls --json`` ``warnings``, a line on stderr;
-        ``MUXHOST_DEBUG=1`` prints the traceback)."""
-        w = {"agent": agent, "hook": hook, "error": f"{type(error).__name__}: {error}"}
-        if rec is not None:
-            w["record"] = rec.id
-        if os.environ.get("MUXHOST_DEBUG"):
-            import sys
-            import traceback
-
-            traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
-        if w not in self.warnings:
-            self.warnings.append(w)
-        if live is not None and w not in live.warnings:
-            live.warnings.append(w)
-        return w
-
-    def context(self, rec: Record, pids: Iterable[int] = (), claimed: Iterable[str] = (),
-                table: procs.ProcessTable | None = None) -> AgentContext:
-        cfg = self.config.agent(rec.agent)
-        return AgentContext(home=rec.home, env=dict(rec.env), cwd=rec.cwd, launched_at=rec.launched_at,
-                            pids=list(pids), claimed=frozenset(claimed), config=cfg,
-                            args=list(cfg.get("args") or []), conversation_id=rec.conversation_id,
-                            record_id=rec.id, processes=table)
 
     def refresh(self, lives: list[Live], view: View | None = None, records: list[Record] | None = None) -> None:
         """Ask the plugins which conversation each running record is in now (``discover``), and
@@ -269,7 +240,7 @@ class StateOps:
         agents = {lv.rec.agent for lv in lives if lv.state == "running"}
         if not agents:
             return
-        records = self.store.all() if records is None else records
+        records = self.core.store.all() if records is None else records
         by_id = {lv.rec.id: lv for lv in lives}
         others = [r for r in records if r.id not in by_id and r.agent in agents and r.state in ("running", "starting")]
         if others:
@@ -281,103 +252,82 @@ class StateOps:
                 by_id[r.id] = self.live(r, view, check_resumable=False)
         table = view.table if view else None
         for name in sorted(agents):
-            agent = self.registry.agents.get(name)
-            if agent is None:
-                continue
-            group = [lv for lv in by_id.values() if lv.rec.agent == name]
-            # every id a record of this agent is (or has been) in belongs to that record, whatever its state
-            owner = owners([*records, *(lv.rec for lv in group)], name)
-            asked = sorted((lv for lv in group if lv.state == "running"),
-                           key=lambda lv: (lv.rec.conversation_id is not None, -lv.rec.launched_at))
-            answers: dict[str, str | None] = {}
-            handed: dict[str, str] = {}  # id -> record id, in this refresh
-            live_ids = {lv.rec.id for lv in group if lv.state in ("running", "starting")}
-            for lv in asked:
-                others_own = {c for c, ids in owner.items() if ids - {lv.rec.id}}
-                # never: an id another live record is in, or one handed out in this refresh
-                taken = {c for c in others_own if (owner[c] - {lv.rec.id}) & live_ids} | \
-                    {c for c, r in handed.items() if r != lv.rec.id}
-                claimed = others_own | taken
-                ctx = self.context(lv.rec, [p.pid for p in lv.tree], claimed, table)
-                try:
-                    cid = agent.discover(ctx)
-                except Exception as e:
-                    self.warn(name, "discover", e, lv.rec, lv)
-                    continue
-                if cid is not None and not agent.valid_id(cid):
-                    self.warn(name, "discover", ValueError(f"returned an invalid id {cid!r}"), lv.rec, lv)
-                    continue
-                answers[lv.rec.id] = cid
-                if cid and cid != lv.rec.conversation_id and cid not in taken:
-                    # an id a record that does not run owns (stopped, asleep, lost): only with proof that
-                    # this agent holds it now (an in-session `/resume ID`), never on a plugin's guess
-                    if cid in claimed and not self._holds(agent, ctx, cid, lv):
-                        continue
-                    handed[cid] = lv.rec.id
-            for cid, rid in handed.items():
-                rec = by_id[rid].rec
-                if rec.conversation_id and any(o != rid and answer == cid for o, answer in answers.items()):
-                    continue  # a move onto an id another record's discover also gives: ambiguous, no move
-                self.store.update(rec, conversation_id=cid)
+            agent = self.core.registry.agents.get(name)
+            if agent is not None:
+                self._refresh_agent(agent, [lv for lv in by_id.values() if lv.rec.agent == name], records, table)
 
-    def _holds(self, agent: Agent, ctx: AgentContext, cid: str, lv: Live) -> bool:
+    def _refresh_agent(self, agent: Agent, group: list[Live], records: list[Record],
+                       table: procs.ProcessTable | None) -> None:
+        """:meth:`refresh` for the records of one agent (``group``: every record of it asked)."""
+        name = agent.name
+        # every id a record of this agent is (or has been) in belongs to that record, whatever its state
+        owner = owners([*records, *(lv.rec for lv in group)], name)
+        asked = sorted((lv for lv in group if lv.state == "running"),
+                       key=lambda lv: (lv.rec.conversation_id is not None, -lv.rec.launched_at))
+        answers: dict[str, str | None] = {}
+        handed: dict[str, str] = {}  # id -> record id, in this refresh
+        live_ids = {lv.rec.id for lv in group if lv.state in ("running", "starting")}
+        for lv in asked:
+            others_own = {c for c, ids in owner.items() if ids - {lv.rec.id}}
+            # never: an id another live record is in, or one handed out in this refresh
+            taken = {c for c in others_own if (owner[c] - {lv.rec.id}) & live_ids} | \
+                {c for c, r in handed.items() if r != lv.rec.id}
+            claimed = others_own | taken
+            ctx = self.core.context(lv.rec, [p.pid for p in lv.tree], claimed, table)
+            try:
+                cid = agent.discover(ctx)
+            except Exception as e:
+                self.core.warn(name, "discover", e, lv.rec, lv)
+                continue
+            if cid is not None and not agent.valid_id(cid):
+                self.core.warn(name, "discover", ValueError(f"returned an invalid id {cid!r}"), lv.rec, lv)
+                continue
+            answers[lv.rec.id] = cid
+            if cid and cid != lv.rec.conversation_id and cid not in taken:
+                # an id a record that does not run owns (stopped, asleep, lost): only with proof that
+                # this agent holds it now (an in-session `/resume ID`), never on a plugin's guess
+                if cid in claimed and not self.holds(agent, ctx, cid, lv):
+                    continue
+                handed[cid] = lv.rec.id
+        by_id = {lv.rec.id: lv for lv in group}
+        for cid, rid in handed.items():
+            rec = by_id[rid].rec
+            if rec.conversation_id and any(o != rid and answer == cid for o, answer in answers.items()):
+                continue  # a move onto an id another record's discover also gives: ambiguous, no move
+            self.core.store.update(rec, conversation_id=cid)
+
+    @staticmethod
+    def holds(agent: Agent, ctx: AgentContext, cid: str, lv: Live) -> bool:
         """The plugin's ``in_use`` names ``lv``'s agent itself (``pid N …``: a process of its tree
         that its ``process_names`` match, else the pane's process) as a holder of ``cid``: proof,
         not a guess, that the agent is in that conversation now. A tool of the agent that merely
         names the id (``cat ID.jsonl``) is no proof."""
-        import re
-
         mine = {p.pid for p in lv.tree if p.matches_name(agent.process_names)} or {p.pid for p in lv.tree[:1]}
         try:
             held = agent.in_use(ctx, cid) or []
         except Exception:
             return False
-        return any(int(m.group(1)) in mine for h in held if (m := re.match(r"pid (\d+)\b", str(h))))
+        return any(holder_pid(h) in mine for h in held)
 
     def live_records(self) -> tuple[list[Record], View]:
         """The records whose agent may still be there (``running``, ``exited``, ``starting``), and the
         view they were judged by — without asking any plugin (``stop --all``)."""
-        records = self.store.all()
+        records = self.core.store.all()
         view = self.view(records)
         lives = [self.live(r, view, check_resumable=False) for r in records]
         return [lv.rec for lv in lives if lv.state in LIVE_STATES], view
 
-    def ls(self) -> list[Live]:
-        """Every record, judged: its live state, conversation (refreshed), resumable, activity.
-        A stop cut short (``stopping``) that left nothing is written stopped (:meth:`finish_stops`)."""
-        records = self.store.all()
-        view = self.view(records)
-        cut_short = [r for r in records if r.state == "stopping"]
-        if cut_short:  # (written stopped when nothing of them is left; the rest is `stop`'s to finish)
-            for rec in self.finish_stops(cut_short, view):
-                self.notes.append(f"the stop of {rec.name} ({rec.id}) was cut short and something of it still "
-                                  f"runs: `muxhost stop {rec.id}` finishes it")
-        lives = [self.live(r, view, check_resumable=False) for r in records]
-        for lv in lives:
-            if lv.state == "running" and lv.rec.state == "asleep":  # (see live: a wake cut short)
-                self.store.update(lv.rec, state="running", slept_at=None)
-        self.judge(lives, view, records)
-        return lives
-
-    def judge(self, lives: list[Live], view: View, records: list[Record] | None = None) -> None:
-        """What `ls` and `show` say of each record, one judgement for both: its conversation
-        (refreshed), resumable (its conversation is on disk, whatever the state), activity."""
-        self.refresh(lives, view, records)
-        for lv in lives:
-            lv.resumable = self._resumable(self.registry.agents.get(lv.rec.agent), lv.rec, lv)
-        self.activities(lives, view)  # muxhost.activity: the watch's knowledge, else one look
-
     def resolve(self, ref: str) -> Record:
-        records = self.store.all()
-        pane_id = self.current().pane_ref(ref)  # "%12" on tmux: the chosen server's pane
+        records = self.core.store.all()
+        pane_id = self.core.current().pane_ref(ref)  # "%12" on tmux: the chosen server's pane
         if pane_id is not None:
-            view = self.view(records, [self.server])
+            view = self.view(records, [self.core.server])
             for rec in reversed(records):
                 pane = view.pane_for(rec)
-                if pane is not None and pane.pane_id == pane_id and server_of(rec) == self.server:
+                if pane is not None and pane.pane_id == pane_id and server_of(rec) == self.core.server:
                     return rec
-            if not view.server_running(self.server):
-                raise MuxhostError(self.no_server())
+            if not view.server_running(self.core.server):
+                raise MuxhostError(self.core.no_server())
             raise NotFound(f"no muxhost record for pane {ref}")
         if not ref:
             raise UsageError("an empty REF names no record")
@@ -398,8 +348,8 @@ class StateOps:
 
     def reconcile(self) -> list[str]:
         """Compare records with the panes and the process table; fix what drifted; say what changed."""
-        records = self.store.all()
-        view = self.view(records, [self.server])
+        records = self.core.store.all()
+        view = self.view(records, [self.core.server])
         changes = []
         known = {r.id for r in records}
         lives = []
@@ -408,10 +358,10 @@ class StateOps:
             lives.append(lv)
             if lv.pane is not None and lv.pane.pane_id != rec.pane:
                 changes.append(f"{rec.id}: pane {rec.pane or '-'} -> {lv.pane.pane_id}")
-                self.store.update(rec, pane=lv.pane.pane_id, state="running" if rec.state == "starting" else rec.state)
+                self.core.store.update(rec, pane=lv.pane.pane_id, state="running" if rec.state == "starting" else rec.state)
             if lv.state == "lost" and rec.state in ("running", "starting"):
                 changes.append(f"{rec.id}: its pane is gone; marked lost")
-                self.store.update(rec, state="lost")
+                self.core.store.update(rec, state="lost")
         before = {lv.rec.id: lv.rec.conversation_id for lv in lives}
         self.refresh(lives, view, records)
         for lv in lives:
@@ -426,21 +376,21 @@ class StateOps:
     def locate(self, pane_id: str) -> "Located":
         """The agent in tmux pane ``pane_id`` and its conversation: a record's, or an agent the user
         started by hand, found in the pane's process tree by the plugins' ``process_names``."""
-        records = self.store.all()
-        view = self.view(records, [self.server])
-        panes = view.panes.get(self.server)
+        records = self.core.store.all()
+        view = self.view(records, [self.core.server])
+        panes = view.panes.get(self.core.server)
         if panes is None:
-            raise MuxhostError(self.no_server())
+            raise MuxhostError(self.core.no_server())
         pane = next((p for p in panes if p.pane_id == pane_id), None)
         if pane is None:
             raise NotFound(f"no pane {pane_id}")
         running = {r.id: self.live(r, view, check_resumable=False) for r in records}
-        rec = next((r for r in reversed(records) if server_of(r) == self.server and pane.record == r.id), None)
+        rec = next((r for r in reversed(records) if server_of(r) == self.core.server and pane.record == r.id), None)
         if rec is not None:
             lv = running[rec.id]
             self.refresh([lv], view, records)
-            agent = self.registry.agent(rec.agent)
-            return Located(pane, agent, rec, None, self.context(rec, [p.pid for p in lv.tree]), rec.conversation_id)
+            agent = self.core.registry.agent(rec.agent)
+            return Located(pane, agent, rec, None, self.core.context(rec, [p.pid for p in lv.tree]), rec.conversation_id)
         if pane.dead:
             raise NotFound(f"no agent in pane {pane_id}")
         found = self._agent_in(view.table, pane.pid)
@@ -463,7 +413,7 @@ class StateOps:
         level = [table.get(root_pid)] if table.get(root_pid) else []
         while level:
             for p in level:
-                for agent in self.registry.agents.values():
+                for agent in self.core.registry.agents.values():
                     if p.matches_name(agent.process_names):
                         return agent, p
             level = [c for p in level for c in table.children(p.pid)]
@@ -482,7 +432,7 @@ class StateOps:
         except psutil.Error:
             pass
         home = env.get("HOME") or os.path.expanduser("~")
-        cfg = self.config.agent(agent.name)
+        cfg = self.core.config.agent(agent.name)
         return AgentContext(home=home, env=env, cwd=cwd, launched_at=proc.create_time,
                             pids=[p.pid for p in table.tree(proc.pid)], claimed=frozenset(claimed), config=cfg,
                             args=list(cfg.get("args") or []))

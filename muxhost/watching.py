@@ -271,10 +271,10 @@ class Watch:
                 # --idle-for: the sleep judges it again under the record's lock (a key typed meanwhile
                 # counts), from what this watch published — where the backend shows that to others
                 again = ("--idle-for", f"{self.sleep_after}s") if tr.pane.watcher is not None else ()
-                argv = self.host._muxhost_argv(tr.rec, "sleep", *again, tr.rec.id)
+                argv = self.host.sleeping.muxhost_argv(tr.rec, "sleep", *again, tr.rec.id)
                 self.sleeps_begun[tr.rec.id] = time.time()
                 self.sleepers[key] = subprocess.Popen(argv,
-                                                      env=self.host._caller_env(), stdin=subprocess.DEVNULL,
+                                                      env=self.host.sleeping.caller_env(), stdin=subprocess.DEVNULL,
                                                       stdout=subprocess.DEVNULL)
 
     def _changed(self, live: Live, old: str | None, new: str | None, since: float, alert: bool,
@@ -396,31 +396,34 @@ def lock_path(server: tuple[str, str | None]) -> str:
 
 
 class WatchOps:
-    """The watch half of :class:`muxhost.host.Host`."""
+    """The watch of the chosen server, run on ``host`` (a :class:`muxhost.host.Host`)."""
+
+    def __init__(self, host):
+        self.host = host
 
     def watch(self, emit: Callable[[dict[str, Any]], None], interval: float | None = None) -> None:
         """Run the watch of the chosen server until the server ends (or KeyboardInterrupt). A second
         watch of the same server is refused (exit 4), naming the first one's pid."""
         from muxhost.kit.flock import LockTimeout, flock
 
-        interval = float(self.config.watch("interval") if interval is None else interval)
+        interval = float(self.host.config.watch("interval") if interval is None else interval)
         from muxhost.config import MAX_SECONDS, seconds_ok
 
         if not seconds_ok(interval) or interval == 0:
             from muxhost.errors import UsageError
 
             raise UsageError(f"--interval must be more than 0 seconds, and at most {MAX_SECONDS}")
-        backend = self.current()
+        backend = self.host.current()
         panes = backend.snapshot()
         if panes is None:
-            raise MuxhostError(self.no_server())
+            raise MuxhostError(self.host.no_server())
         instance = instance_of(panes)
         # a process that runs for days imports every plugin now: one removed or upgraded meanwhile
         # must not fail a pass hours from now
-        load_pending = getattr(self.pm, "load_pending", None)
+        load_pending = getattr(self.host.pm, "load_pending", None)
         if load_pending is not None:
             load_pending()
-        path = lock_path(self.server)
+        path = lock_path(self.host.server)
         from muxhost.store import private_folder, state_folder
 
         state_folder()
@@ -434,8 +437,8 @@ class WatchOps:
         while True:
             try:
                 with flock(path, wait, private=True, label=label):
-                    watch = Watch(self, interval, float(self.config.watch("stall_after")),
-                                  bool(self.config.watch("alert")), emit)
+                    watch = Watch(self.host, interval, float(self.host.config.watch("stall_after")),
+                                  bool(self.host.config.watch("alert")), emit)
                     watch.instance = instance
                     watch.run()
                 return

@@ -1,6 +1,6 @@
 """Git worktrees: ``launch --worktree NAME`` runs the agent in a new worktree on a new branch NAME,
 ``rm`` removes it again — never with work of the user in it. Every git call is ``git -C FOLDER …``
-(no shell). :class:`WorktreeOps` (``rm``) is part of :class:`muxhost.host.Host`.
+(no shell). :class:`Removal` is ``rm``.
 
 A record's ``worktree`` is ``{"path", "repo", "branch", "base"}``: the folder muxhost made, the
 top-level folder of the repository it came from, the branch, and the commit it started from. The
@@ -15,10 +15,17 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from muxhost.errors import INCOMPLETE, MuxhostError, NotFound, Refused, UsageError
 from muxhost.store import Record
+
+if TYPE_CHECKING:
+    from muxhost.core import Core
+    from muxhost.locks import Locks
+    from muxhost.purging import Purging
+    from muxhost.refusals import Refusals
+    from muxhost.state import State
 
 GIT_TIMEOUT = 120.0  # seconds one git command may take
 # a git of the caller's (a hook that runs muxhost) must not point ours at its repository
@@ -220,16 +227,20 @@ def delete_branch(wt: dict[str, Any]) -> tuple[bool, str]:
     return True, f"deleted branch {branch} (it was at {wt['base'][:12]}, where it started)"
 
 
-class WorktreeOps:
-    """``rm``: forget a stopped record, and remove the worktree muxhost made for it."""
+class Removal:
+    """``rm``: forget a stopped record, and remove the worktree muxhost made for it (after the
+    refusals, :mod:`muxhost.refusals`; its conversations purged first with ``purge``)."""
+
+    def __init__(self, core: "Core", state: "State", locks: "Locks", refusals: "Refusals", purging: "Purging"):
+        self.core, self.state, self.locks, self.refusals, self.purging = core, state, locks, refusals, purging
 
     def rm(self, rec: Record, *, purge: bool = False, force: bool = False) -> dict[str, Any]:
         """Refuse (exit 4, nothing removed) while the record's agent may be there or its worktree has
         uncommitted or untracked changes (unless ``force``); then purge its conversations
         (``purge``), remove the worktree, delete its branch (only at its base) and forget the record.
         Returns what was done: ``{"id", "name", "purged", "worktree", "branch", "forgotten", "done"}``."""
-        view = self.view([rec])
-        live = self.live(rec, view, self.registry.agents.get(rec.agent), check_resumable=False)
+        view = self.state.view([rec])
+        live = self.state.live(rec, view, self.core.registry.agents.get(rec.agent), check_resumable=False)
         state = "asleep" if rec.state == "asleep" else live.state
         if state in ("running", "starting", "asleep", "exited"):
             where = f" in pane {live.pane.pane_id}" if live.pane else ""
@@ -259,7 +270,7 @@ class WorktreeOps:
                     found = find()
                     if found:
                         raise Refused(f"the worktree {wt['path']} {say(found)}, or rm --force; nothing was removed")
-        self.refuse_alive(rec, self.registry.agents.get(rec.agent),
+        self.refusals.refuse_alive(rec, self.core.registry.agents.get(rec.agent),
                           [*([rec.conversation_id] if rec.conversation_id else []), *rec.conversations],
                           then="; nothing was removed")
         done: list[str] = []
@@ -268,7 +279,7 @@ class WorktreeOps:
         if purge:
             for cid in dict.fromkeys([*rec.conversations, *([rec.conversation_id] if rec.conversation_id else [])]):
                 try:
-                    report = self.purge(rec=rec, conversation_id=cid, confirm=None)
+                    report = self.purging.purge(rec=rec, conversation_id=cid, confirm=None)
                 except NotFound:
                     done.append(f"conversation {cid}: nothing on disk")
                     continue
@@ -287,11 +298,11 @@ class WorktreeOps:
         lock (a stop, a sleep), and refuse (exit 4) when the record was started again since it was
         judged stopped: a worktree is never removed, nor a record forgotten, under an agent that a
         concurrent resume just started."""
-        now = self.store.get(rec.id)
+        now = self.core.store.get(rec.id)
         cid = (now or rec).conversation_id
-        with self.conversation_lock(rec.agent, cid, "rm") if cid else contextlib.nullcontext(), \
-                self.record_lock(rec, "rm"):
-            now = self.store.get(rec.id)
+        with self.locks.conversation(rec.agent, cid, "rm") if cid else contextlib.nullcontext(), \
+                self.locks.record(rec, "rm"):
+            now = self.core.store.get(rec.id)
             if now is None or (now.state, now.launched_at) != (rec.state, rec.launched_at):
                 raise Refused(f"record {rec.id} ({rec.name}) changed meanwhile (it is "
                               f"{now.state if now else 'gone'}); its worktree and record were kept; look again")
@@ -319,6 +330,6 @@ class WorktreeOps:
                 deleted, line = False, f"branch {wt['branch']} kept: its repository {wt['repo']} is gone"
             result["branch"] = {"name": wt["branch"], "deleted": deleted}
             done.append(line)
-        self.store.delete(rec)
+        self.core.store.delete(rec)
         result["forgotten"] = True
         done.append(f"forgot record {rec.id} ({rec.name})")

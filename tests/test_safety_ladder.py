@@ -209,8 +209,8 @@ def test_ls_never_runs_a_ladder_it_says_what_stop_finishes(host, tmp_path, monke
     lv = _launch(host, tmp_path, 1)[0]
     host.store.update(lv.rec, state="stopping")  # as a stop killed before its ladder left it
     ran = []
-    real = type(host)._ladder
-    monkeypatch.setattr(type(host), "_ladder", lambda self, *a, **k: ran.append(1) or real(self, *a, **k))
+    real = type(host.ladder)._ladder
+    monkeypatch.setattr(type(host.ladder), "_ladder", lambda self, *a, **k: ran.append(1) or real(self, *a, **k))
     listed = {x.rec.id: x for x in host.ls()}
     assert ran == [] and listed[lv.rec.id].rec.state == "stopping"
     assert any(f"`muxhost stop {lv.rec.id}` finishes it" in n for n in host.notes)

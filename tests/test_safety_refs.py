@@ -124,9 +124,9 @@ def test_only_the_agent_itself_holding_it_is_proof_not_a_tool_naming_the_id(host
     tree = [procs.Proc(100, 1, 1.0, "myagent", ()), procs.Proc(101, 100, 2.0, "cat", ())]
     lv = Live(types.SimpleNamespace(id="r1"), "running", None, tree)
     held = ["pid 101 cat /data/c2.jsonl"]
-    assert not host._holds(agent, None, "c2", lv)
+    assert not host.state.holds(agent, None, "c2", lv)
     held = ["pid 100 myagent --resume c2"]
-    assert host._holds(agent, None, "c2", lv)
+    assert host.state.holds(agent, None, "c2", lv)
 
 
 def test_a_hand_started_agent_is_never_given_a_stopped_records_conversation(host, tmp_path):

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Callable, Collection, Iterable, Union
 
 import psutil
 
-from muxhost.procs import _CT_TOLERANCE, Proc, ProcessTable, is_muxhost
+from muxhost.procs import CT_TOLERANCE, Proc, ProcessTable, argv_holders, is_muxhost, with_argv
 
 if TYPE_CHECKING:
     from muxhost.agent import AgentContext
@@ -54,7 +54,7 @@ def _same(p: Proc) -> psutil.Process | None:
     """A psutil handle on ``p`` while it is still that process (same create time), else None."""
     try:
         ps = psutil.Process(p.pid)
-        return ps if abs(ps.create_time() - p.create_time) <= _CT_TOLERANCE else None
+        return ps if abs(ps.create_time() - p.create_time) <= CT_TOLERANCE else None
     except psutil.Error:
         return None
 
@@ -80,20 +80,6 @@ def _uid(pid: int) -> int | None:
 # argv and environment
 
 
-def with_argv(table: ProcessTable, token: str, exclude: Iterable[int] = ()) -> list[Proc]:
-    """Processes whose argv contains ``token``, as a word or inside one (``--session=ID``); never
-    this process, its parent (the shell of a ``sh -c "muxhost purge … ID"``) or muxhost's own."""
-    skip = set(exclude) | {os.getpid(), os.getppid()}
-    return [p for p in table.with_token(token, exclude=skip) if not is_muxhost(p)]
-
-
-def argv_holders(token: str, table: ProcessTable | None = None, exclude: Iterable[int] = ()) -> list[str]:
-    """``["pid 812 claude --resume <id>", …]`` for every process whose argv names ``token``
-    (muxhost's own processes excepted). Also :func:`muxhost.procs.argv_holders`."""
-    table = table or ProcessTable.snapshot(cmdlines=True)
-    return [p.describe() for p in with_argv(table, token, exclude)]
-
-
 def with_env(table: ProcessTable, values: str | Collection[str],
              names: Iterable[str] | None = None) -> list[tuple[Proc, str]]:
     """``[(process, "NAME=value"), …]``: processes with an environment variable equal to one of
@@ -109,7 +95,7 @@ def with_env(table: ProcessTable, values: str | Collection[str],
             continue
         try:
             ps = psutil.Process(p.pid)
-            if abs(ps.create_time() - p.create_time) > _CT_TOLERANCE:
+            if abs(ps.create_time() - p.create_time) > CT_TOLERANCE:
                 continue
             env = ps.environ()
         except (psutil.Error, OSError):
@@ -359,35 +345,47 @@ def holders(ctx: "AgentContext", conversation_id: str | Iterable[str], *, argv: 
     files = [str(f) for f in files]
     locks = [str(f) for f in locks]
     owners = lock_owners(locks) if locks else {}
-    scan_paths = list(dict.fromkeys(files + (locks if owners is None else [])))
     for path, pids in (owners or {}).items():
-        for pid in sorted(pids):
-            p = table.get(pid) if pid > 0 else None
-            if p is None or _same(p) is None:
-                p = _fresh(pid) if pid > 0 else None
-            if p is None:
-                who = f"pid {pid}" if pid > 0 else "a process"
-                found.setdefault(("lock", path), f"{ctx.expand(path)} is locked by {who}, which muxhost cannot see")
-            elif not ignored(p):
-                add(p, f"holds a lock on {ctx.expand(path)}")
+        _lock_owners_found(ctx, table, path, pids, found, add, ignored)
+    scan_paths = list(dict.fromkeys(files + (locks if owners is None else [])))
     if scan_paths:
-        scan = with_open(table, scan_paths, names)
-        for p, path in scan.found:
-            if not ignored(p):
-                add(p, f"has {ctx.expand(path)} open")
-        listed = ", ".join(ctx.expand(f) for f in scan_paths[:3]) + (", …" if len(scan_paths) > 3 else "")
-        for p in scan.unreadable:
-            if not ignored(p):
-                add(p, f"its open files cannot be read: it may have {listed} open")
-        if owners is None:
-            opened = {path for _p, path in scan.found}
-            for path in locks:
-                if path in opened:
-                    continue
-                state = locked(path)
-                if state:
-                    found.setdefault(("lock", path), f"{ctx.expand(path)} is locked by a process muxhost cannot see")
-                elif state is None and scan.blind:
-                    found.setdefault(("lock", path), f"cannot tell whether {ctx.expand(path)} is held: the open files "
-                                                     f"of {scan.blind} process{'es' if scan.blind != 1 else ''} cannot be read")
+        _open_found(ctx, table, scan_paths, locks if owners is None else [], names, found, add, ignored)
     return list(found.values())
+
+
+def _lock_owners_found(ctx: "AgentContext", table: ProcessTable, path: str, pids: Iterable[int],
+                       found: dict, add: Callable, ignored: Callable[[Proc], bool]) -> None:
+    """:func:`holders`: the processes the kernel says hold a lock on ``path``."""
+    for pid in sorted(pids):
+        p = table.get(pid) if pid > 0 else None
+        if p is None or _same(p) is None:
+            p = _fresh(pid) if pid > 0 else None
+        if p is None:
+            who = f"pid {pid}" if pid > 0 else "a process"
+            found.setdefault(("lock", path), f"{ctx.expand(path)} is locked by {who}, which muxhost cannot see")
+        elif not ignored(p):
+            add(p, f"holds a lock on {ctx.expand(path)}")
+
+
+def _open_found(ctx: "AgentContext", table: ProcessTable, scan_paths: list[str], unowned_locks: list[str],
+                names: Iterable[str], found: dict, add: Callable, ignored: Callable[[Proc], bool]) -> None:
+    """:func:`holders`: who has ``scan_paths`` open; and, where the kernel names no lock owners
+    (``unowned_locks``), a probe of each lock nobody visible has open."""
+    scan = with_open(table, scan_paths, names)
+    for p, path in scan.found:
+        if not ignored(p):
+            add(p, f"has {ctx.expand(path)} open")
+    listed = ", ".join(ctx.expand(f) for f in scan_paths[:3]) + (", …" if len(scan_paths) > 3 else "")
+    for p in scan.unreadable:
+        if not ignored(p):
+            add(p, f"its open files cannot be read: it may have {listed} open")
+    opened = {path for _p, path in scan.found}
+    for path in unowned_locks:
+        if path in opened:
+            continue
+        state = locked(path)
+        if state:
+            found.setdefault(("lock", path), f"{ctx.expand(path)} is locked by a process muxhost cannot see")
+        elif state is None and scan.blind:
+            found.setdefault(("lock", path), f"cannot tell whether {ctx.expand(path)} is held: the open files "
+                                             f"of {scan.blind} process{'es' if scan.blind != 1 else ''} cannot be read")
