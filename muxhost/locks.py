@@ -17,7 +17,6 @@ Order, where both are held: the conversation's lock first, then the record's.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import time
 from pathlib import Path
@@ -41,6 +40,8 @@ RECORD_WAIT = 60.0
 
 def conversation_lock_path(lock_dir: str | os.PathLike, agent: str, conversation_id: str) -> Path:
     """The lock file of one conversation (named by a hash: ids are the plugins' to define)."""
+    import hashlib  # (start-up: hashlib loads OpenSSL, and `ls` takes no lock)
+
     digest = hashlib.sha256(f"{agent}\0{conversation_id}".encode()).hexdigest()[:32]
     return Path(lock_dir) / f"{digest}.lock"
 
@@ -66,6 +67,8 @@ def conversation(lock_dir: str | os.PathLike, agent: str, conversation_id: str, 
 
 
 def record_lock_path(lock_dir: str | os.PathLike, record_id: str) -> Path:
+    import hashlib  # (start-up: as above)
+
     digest = hashlib.sha256(f"record\0{record_id}".encode()).hexdigest()[:32]
     return Path(lock_dir) / f"record-{digest}.lock"
 
