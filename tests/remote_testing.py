@@ -50,14 +50,15 @@ def readable_by_all(path: Path) -> None:
 class Sshd:
     """One sshd, started by :meth:`start`, ended by pid in :meth:`stop`."""
 
-    def __init__(self, root: Path, user: str, client_key: Path, password_only: bool = False):
+    def __init__(self, root: Path, user: str, client_key: Path, password_only: bool = False,
+                 listen: tuple[str, ...] = ("127.0.0.1",)):
         self.root, self.user, self.port = root, user, free_port()
         self.host_key = root / "host_key"
         if not self.host_key.exists():
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.host_key)], check=True)
         self.config = root / "sshd_config"
         self.config.write_text(
-            f"Port {self.port}\nListenAddress 127.0.0.1\nHostKey {self.host_key}\nPidFile {root}/sshd.pid\n"
+            f"Port {self.port}\n" + "".join(f"ListenAddress {a}\n" for a in listen) + f"HostKey {self.host_key}\nPidFile {root}/sshd.pid\n"
             f"AuthorizedKeysFile {'.ssh/authorized_keys' if not password_only else 'none'}\nStrictModes no\nUsePAM no\n"
             f"PasswordAuthentication {'yes' if password_only else 'no'}\nKbdInteractiveAuthentication no\n"
             f"PubkeyAuthentication {'no' if password_only else 'yes'}\nAllowUsers {user}\n"
@@ -65,13 +66,15 @@ class Sshd:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "Sshd":
+        listen = [line.split()[1] for line in self.config.read_text().splitlines() if line.startswith("ListenAddress ")]
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation folder
         self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.config)], stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=open(self.root / "sshd.log", "ab"))
         deadline = time.time() + 10
         while time.time() < deadline:
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                for address in listen:
+                    socket.create_connection((address, self.port), timeout=0.5).close()
                 return self
             except OSError:
                 if self.proc.poll() is not None:
@@ -120,6 +123,18 @@ class RemoteUser:
             except psutil.Error:
                 pass
         subprocess.run(["userdel", "--remove", self.name], capture_output=True)
+
+
+def authorized_key(user: RemoteUser, folder: Path) -> Path:
+    """A key made for the test in ``folder``, which ``user`` accepts (``~/.ssh/authorized_keys``)."""
+    key = folder / "client_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    ssh_dir = user.home / ".ssh"
+    ssh_dir.mkdir(mode=0o700)
+    (ssh_dir / "authorized_keys").write_text(Path(f"{key}.pub").read_text())
+    for p in (ssh_dir, ssh_dir / "authorized_keys"):
+        os.chown(p, user.uid, -1)
+    return key
 
 
 def install_muxhost(user: RemoteUser) -> Path:

@@ -10,22 +10,26 @@ from __future__ import annotations
 import json
 import sys
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 
 from muxhost.remote import hosts as hosts_mod
-from muxhost.remote import protocol, transport
+from muxhost.remote import protocol
 
 HEADERS = ["HOST", "ID", "NAME", "AGENT", "STATE", "ACTIVITY", "PANE", "CONVERSATION", "RESUMABLE", "CWD"]
 
 
 class Fleet:
-    """The remote half of one ``ls``, under way (:meth:`start`), then merged (:meth:`finish`)."""
+    """The remote half of one ``ls``, under way (:meth:`start`), then merged (:meth:`finish`). (ssh and
+    threads are imported only when there is a host to ask: a plain ``ls`` pays nothing for them.)"""
 
     def __init__(self, table, targets: list, local: bool, args):
+        from concurrent.futures import ThreadPoolExecutor
+
+        from muxhost.remote import transport
+
         self.table, self.targets, self.local, self.args = table, targets, local, args
         self._pool = ThreadPoolExecutor(max_workers=1)
         argv = ["ls", "--json", *(["--all"] if args.all else [])]
-        self._answers: Future = self._pool.submit(transport.ask_all, targets, argv, table.timeout)
+        self._answers = self._pool.submit(transport.ask_all, targets, argv, table.timeout)
 
     @classmethod
     def start(cls, host, args) -> "Fleet | None":

@@ -56,18 +56,24 @@ def ssh_binary() -> str:
     return found
 
 
-def control_dir() -> Path:
-    """Where the shared connections' sockets live: ``<state dir>/ssh`` (0700, yours), or
-    ``/tmp/muxhost-ssh-<uid>`` when that path is too long for a socket (or holds a space or ``%``)."""
-    from muxhost.store import private_folder, state_folder
-
-    folder = state_folder() / "ssh"
+def socket_folder(state: Path) -> Path:
+    """Where the shared connections' sockets of the state folder ``state`` go: ``state/ssh``, or
+    ``$XDG_RUNTIME_DIR/muxhost-ssh-<uid>`` (else ``/tmp/…``) when that path is too long for a socket
+    (or holds a space or ``%``, which ssh's ControlPath would take apart)."""
+    folder = state / "ssh"
     # "/" + %C (40 hex) + the ".XXXXXXXXXXXXXXXX" ssh adds while it binds
     if len(str(folder)) + 58 > _SUN_PATH or any(c in str(folder) for c in " %\t\"'"):
         runtime = os.environ.get("XDG_RUNTIME_DIR")
         base = Path(runtime) if runtime and os.path.isdir(runtime) else Path("/tmp")
         folder = base / f"muxhost-ssh-{os.geteuid()}"
-    return private_folder(folder)
+    return folder
+
+
+def control_dir() -> Path:
+    """:func:`socket_folder` of the state folder, made 0700 (refused when someone else could change it)."""
+    from muxhost.store import private_folder, state_folder
+
+    return private_folder(socket_folder(state_folder()))
 
 
 def remote_word(path: str) -> str:
