@@ -19,7 +19,7 @@ EXIT_CODES = """exit codes:
   4 refused (in use, or vetoed) · 5 purge incomplete (something was left)"""
 
 CORE_COMMANDS = ("launch", "ls", "show", "stop", "resume", "purge", "reconcile", "plugins", "watch",
-                 "sleep", "wake", "restore", "send", "wait", "read", "rm", "attach")
+                 "sleep", "wake", "restore", "send", "wait", "read", "rm", "attach", "hosts")
 
 
 class _Parser(argparse.ArgumentParser):
