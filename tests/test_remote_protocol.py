@@ -113,3 +113,21 @@ def test_a_failed_session_is_one_reason():
     assert transport.failure(h, 255, "ssh: connect to host box port 22: Connection refused\n").startswith("unreachable")
     assert "pip install" in transport.failure(h, 127, "sh: 1: /home/me/bin/muxhost: not found\n")
     assert "too old" in transport.failure(h, 2, "muxhost: argument COMMAND: invalid choice: 'remote-serve' (…)\n")
+
+
+def test_serve_in_process_leaves_nothing_behind(monkeypatch, tmp_path, capsys):
+    """The CLI runs many times in one process: a served request changes neither stdin nor what the
+    next call does (it may forward again)."""
+    import io
+
+    from muxhost import cli
+
+    monkeypatch.setenv("MUXHOST_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("MUXHOST_CONFIG", str(tmp_path / "none.yaml"))
+    stdin = io.TextIOWrapper(io.BytesIO(protocol.request(["hosts", "ls", "--json"])))
+    monkeypatch.setattr(sys, "stdin", stdin)
+    entry = getattr(cli, "cli", None) or cli.main
+    assert entry(["remote-serve"]) == 0
+    out = capsys.readouterr().out.split("\n", 1)
+    assert protocol.parse_header(out[0]) is not None and json.loads(out[1]) == []
+    assert sys.stdin is stdin and not protocol.serving()

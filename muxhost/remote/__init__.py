@@ -50,15 +50,15 @@ def dispatch(argv: Sequence[str]) -> int | None:
     Cheap when nothing in ``argv`` could name a host: no config is read."""
     from muxhost.remote import protocol
 
-    if protocol.serving():  # a request from another muxhost runs here, never hops on
-        return None
     globals_, word, rest = split(argv)
-    if word == protocol.SERVE_VERB:
-        return protocol.serve()
     if word == "hosts":
         from muxhost.remote import hosts
 
         return hosts.command(_config_of(globals_), rest)
+    if protocol.serving():  # a request from another muxhost runs here, never hops on
+        return None
+    if word == protocol.SERVE_VERB:
+        return protocol.serve()
     if word == "launch" and any(a == "--host" or a.startswith("--host=") for a in rest[:_cut(rest)]):
         return _forward_launch(_config_of(globals_), rest)
     if word in REF_VERBS and any("@" in a for a in rest):
@@ -97,6 +97,8 @@ def _forward_launch(config_path: str | None, rest: list[str]) -> int:
             if not eq or not key:
                 raise UsageError(f"--env {key!r}: expected KEY=VALUE")
             env[key] = val
+    if name == hosts.LOCAL:
+        return None  # type: ignore[return-value]  # (`--host local`: here, as without it)
     table = hosts.load(config_path)
     host = table.get(name)
     return transport.forward(host, ["launch", *out, *agent_args], env=env, timeout=table.timeout)

@@ -61,10 +61,22 @@ def incompatible(doc: dict[str, Any]) -> str | None:
 
 def serve() -> int:
     """``muxhost remote-serve``: read one request on stdin, run its verb here, as the caller's
-    ``cli`` would; print the header first. Called by ssh on the remote side."""
+    ``cli`` would; print the header first. Called by ssh on the remote side. (Nothing outlives the
+    call: the CLI may run many times in one process.)"""
     global _serving
+    stdin = sys.stdin
     _serving = True
-    line = sys.stdin.buffer.readline(MAX_REQUEST)
+    try:
+        return _serve(stdin)
+    finally:
+        _serving = False
+        if sys.stdin is not stdin:
+            sys.stdin.close()
+            sys.stdin = stdin
+
+
+def _serve(stdin) -> int:
+    line = stdin.buffer.readline(MAX_REQUEST) if hasattr(stdin, "buffer") else stdin.readline(MAX_REQUEST).encode()
     print(header(), flush=True)
     try:
         req = json.loads(line)
