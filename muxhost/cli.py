@@ -19,7 +19,7 @@ EXIT_CODES = """exit codes:
   4 refused (in use, or vetoed) · 5 purge incomplete (something was left)"""
 
 CORE_COMMANDS = ("launch", "ls", "show", "stop", "resume", "purge", "reconcile", "plugins", "watch",
-                 "sleep", "wake", "restore", "send", "wait", "read", "rm", "attach")
+                 "sleep", "wake", "restore", "send", "wait", "read", "rm", "attach", "hosts")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -88,6 +88,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sp.add_argument("--worktree", metavar="NAME", help="run the agent in a new git worktree of --cwd's repository, "
                     "on a new branch NAME, in <root>/<repo folder>-NAME (root: config worktree.root, default the "
                     "repository's parent folder); `muxhost rm` removes it again")
+    sp.add_argument("--host", metavar="NAME", help="launch on this remote host (`muxhost hosts ls`; docs/remote.md)")
     sp.epilog = "Arguments after `--` go to the agent: muxhost launch claude -- --model opus"
     json_flag(sp)
 
@@ -99,6 +100,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sp.add_argument("--all", action="store_true", help="every record, stopped and lost ones too")
     sp.add_argument("--wide", action="store_true", help="whole conversation ids and folders (the table fits "
                     "the terminal, or 100 columns, without it: ids cut like git's, folders from the left)")
+    sp.add_argument("--host", metavar="NAME", help="only this host's records (local: this machine's)")
     json_flag(sp)
 
     sp = cmd("show", "one record, with its process tree and pane")
@@ -224,6 +226,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                     "changes (they are lost; a branch with commits is still kept)")
     json_flag(sp)
 
+    from muxhost.remote.hosts import add_parser
+    add_parser(cmd, json_flag)
+
     if command is not None:
         return p
     # the built-in plugins' commands (the purge key's), through their muxhost_register_commands
@@ -303,10 +308,15 @@ def cmd_launch(host, args) -> int:
 def cmd_ls(host, args) -> int:
     from muxhost.state import LIVE_STATES
 
-    every = host.ls()
+    from muxhost.remote.listing import Fleet
+
+    fleet = Fleet.start(host, args)  # the remote hosts' ls, asked while this one runs (None: no hosts)
+    every = host.ls() if fleet is None or fleet.local else []
     for note in host.notes:
         print(f"muxhost: note: {note}", file=sys.stderr)
     lives = every if args.all else [lv for lv in every if lv.state in LIVE_STATES]
+    if fleet is not None:
+        return fleet.finish(lives)
     if args.json:
         out_json([lv.to_dict() for lv in lives])
         return 0
@@ -781,6 +791,9 @@ def cli(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(word if alone else None)
     host = None
     try:
+        from muxhost.remote import dispatch
+        if (forwarded := dispatch(argv)) is not None:  # REF@HOST, launch --host, hosts, remote-serve
+            return forwarded
         if word is not None and word not in CORE_COMMANDS:
             # a plugin's command: plugins may add subparsers
             global_args, _ = parser.parse_known_args(argv[:argv.index(word)])

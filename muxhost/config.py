@@ -50,6 +50,7 @@ SCHEMA: dict[str, Any] = {
     # `launch --worktree NAME`: worktrees go to ROOT/<repo folder>-<NAME> (default ROOT: the repo's
     # parent folder; `~` expanded; a relative ROOT is taken from the repo's top-level folder)
     "worktree": {"root": _STR},
+    "hosts": _ANY_MAP,        # remote hosts over ssh: checked by muxhost.remote.hosts (docs/remote.md)
 }
 
 #: the most seconds a setting or a flag takes (a year): finite, and within what sleeps and waits take

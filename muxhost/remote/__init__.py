@@ -1,0 +1,176 @@
+"""Remote hosts over OpenSSH: ``REF@HOST`` and ``--host NAME`` forwarded to a muxhost on another machine.
+
+One dispatch point, :func:`dispatch`, runs before the local host is built: a command whose REF ends
+in ``@NAME`` of a configured host (or ``launch … --host NAME``) goes over ``ssh`` to that host's
+muxhost (``remote-serve``, a hidden verb reading one JSON request on stdin) and answers with the
+remote verb's own stdout, stderr and exit code. ``hosts add|rm|ls`` manage the hosts; ``ls`` merges
+every host (:mod:`muxhost.remote.listing`). The pieces: :mod:`~muxhost.remote.hosts` (which hosts),
+:mod:`~muxhost.remote.transport` (the ssh command), :mod:`~muxhost.remote.protocol` (what goes over it).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+from muxhost.errors import UsageError
+
+#: verbs whose first positional argument is a REF (``stop``/``sleep``: every positional is one)
+REF_VERBS = ("show", "stop", "resume", "purge", "rm", "sleep", "wake", "send", "wait", "read", "attach")
+MANY_REFS = ("stop", "sleep")
+GLOBAL_WITH_VALUE = ("--config", "--socket", "--backend")
+
+
+def split(argv: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
+    """``argv`` as (global options, command word, the command's arguments)."""
+    argv = list(argv)
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in GLOBAL_WITH_VALUE:
+            i += 2
+        elif a.startswith("-"):
+            i += 1
+        else:
+            return argv[:i], a, argv[i + 1:]
+    return argv, None, []
+
+
+def _config_of(globals_: list[str]) -> str | None:
+    for i, a in enumerate(globals_):
+        if a == "--config" and i + 1 < len(globals_):
+            return globals_[i + 1]
+        if a.startswith("--config="):
+            return a.partition("=")[2]
+    return None
+
+
+def dispatch(argv: Sequence[str]) -> int | None:
+    """Run ``argv`` on a remote host when it names one (the exit code), else None: run it here.
+    Cheap when nothing in ``argv`` could name a host: no config is read."""
+    from muxhost.remote import protocol
+
+    globals_, word, rest = split(argv)
+    if word == "hosts":
+        from muxhost.remote import hosts
+
+        return hosts.command(_config_of(globals_), rest)
+    if protocol.serving():  # a request from another muxhost runs here, never hops on
+        return None
+    if word == protocol.SERVE_VERB:
+        return protocol.serve()
+    if word == "launch" and any(a == "--host" or a.startswith("--host=") for a in rest[:_cut(rest)]):
+        return _forward_launch(_config_of(globals_), rest)
+    if word in REF_VERBS and any("@" in a for a in rest):
+        return _forward_ref(_config_of(globals_), word, rest)
+    return None
+
+
+def _cut(rest: list[str]) -> int:
+    return rest.index("--") if "--" in rest else len(rest)
+
+
+def _forward_launch(config_path: str | None, rest: list[str]) -> int:
+    """``launch … --host NAME``: the launch on NAME, its ``--env`` values in the request, not in argv."""
+    from muxhost.remote import hosts, transport
+
+    cut = _cut(rest)
+    mine, agent_args = rest[:cut], rest[cut:]
+    name, env, out = None, {}, []
+    it = iter(range(len(mine)))
+    for i in it:
+        a = mine[i]
+        if a in ("--host", "--env"):
+            if i + 1 >= len(mine):
+                raise UsageError(f"launch: argument {a}: expected one argument")
+            value = mine[i + 1]
+            next(it)
+        elif a.startswith(("--host=", "--env=")):
+            a, _, value = a.partition("=")
+        else:
+            out.append(a)
+            continue
+        if a == "--host":
+            name = value
+        else:
+            key, eq, val = value.partition("=")
+            if not eq or not key:
+                raise UsageError(f"--env {key!r}: expected KEY=VALUE")
+            env[key] = val
+    if name == hosts.LOCAL:
+        return None  # type: ignore[return-value]  # (`--host local`: here, as without it)
+    table = hosts.load(config_path)
+    host = table.get(name)
+    return transport.forward(host, ["launch", *out, *agent_args], env=env, timeout=table.timeout)
+
+
+def _forward_ref(config_path: str | None, word: str, rest: list[str]) -> int:
+    """A REF verb whose REF ends in ``@NAME`` of a configured host: the verb on NAME, REF@NAME -> REF."""
+    from muxhost.remote import hosts, transport
+
+    table = hosts.load(config_path)
+    positions = _ref_positions(word, rest)
+    named = {}
+    for i in positions:
+        ref, at, name = rest[i].rpartition("@")
+        if at and ref and name in table.hosts:
+            named[i] = (ref, name)
+    if not named:
+        return None  # type: ignore[return-value]  # (a local REF with an @ in its name)
+    where = {name for _, name in named.values()}
+    if len(where) > 1 or len(named) != len(positions):
+        raise UsageError(f"{word}: the REFs of one command go to one host (got "
+                         f"{', '.join(rest[i] for i in positions)})")
+    args = list(rest)
+    for i, (ref, _) in named.items():
+        args[i] = ref
+    host = table.get(where.pop())
+    if word == "send" and len(positions) == 1 and positions[0] + 1 < len(args) and args[positions[0] + 1] == "-":
+        args[positions[0] + 1] = sys.stdin.read().rstrip("\n")  # the text goes in the request, stdin carries it
+    if word == "attach":
+        return transport.attach(host, args, timeout=table.timeout)
+    if word == "purge" and "--yes" not in args and "-y" not in args and "--dry-run" not in args:
+        return _purge_confirmed(host, args, table.timeout)
+    return transport.forward(host, [word, *args], timeout=table.timeout)
+
+
+def _purge_confirmed(host, args: list[str], timeout: float) -> int:
+    """``purge REF@HOST`` without ``--yes``: the remote plan (``--dry-run``), asked here, then ``--yes``."""
+    from muxhost.remote import transport
+
+    if not sys.stdin.isatty():
+        raise UsageError("refusing to purge without --yes when stdin is not a terminal")
+    rc = transport.forward(host, ["purge", *args, "--dry-run"], timeout=timeout)
+    if rc != 0:
+        return rc
+    try:
+        answer = input(f"purge this on {host.name} for good? [y/N] ")
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() not in ("y", "yes"):
+        print("muxhost: not purged", file=sys.stderr)
+        return 4
+    return transport.forward(host, ["purge", *args, "--yes"], timeout=timeout)
+
+
+# options of the REF verbs that take a value (what follows them is no REF)
+_VALUED = {"--grace", "--idle-for", "--target", "--split", "--agent", "--conversation", "--pane", "--home",
+           "--client", "--until", "--timeout", "--lines"}
+
+
+def _ref_positions(word: str, rest: list[str]) -> list[int]:
+    """Indexes of ``rest`` that are REFs of ``word``."""
+    found, skip = [], False
+    for i, a in enumerate(rest):
+        if skip:
+            skip = False
+            continue
+        if a in _VALUED:
+            skip = True
+            continue
+        if a.startswith("-") and a != "-":
+            continue
+        found.append(i)
+        if word not in MANY_REFS:
+            break
+    return found

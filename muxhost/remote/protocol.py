@@ -1,0 +1,119 @@
+"""What goes over the ssh session: one JSON request line in, a header line and the verb's own output out.
+
+The remote command is fixed (``<muxhost> remote-serve``): nothing of the request is on any command
+line. The request, ``{"muxhost": VERSION, "schema": N, "argv": [...], "env": {K: V}}``, is one line
+on the session's stdin (``env``: ``launch --env`` values, given to the remote launch in-process).
+The answer: a header line ``{"protocol": "muxhost-remote", "muxhost": VERSION, "schema": N}`` on
+stdout, then the verb's stdout, stderr and exit code as a local run gives them. Unknown fields are
+ignored on both sides; a schema other than :data:`SCHEMA` is refused in one line that says which
+version is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from typing import Any
+
+from muxhost import __version__
+
+SCHEMA = 1
+SERVE_VERB = "remote-serve"
+PROTOCOL = "muxhost-remote"
+MAX_REQUEST = 1 << 20
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_serving = False
+
+
+def serving() -> bool:
+    """Whether this process answers another muxhost's request (it then forwards nothing further)."""
+    return _serving
+
+
+def request(argv: list[str], env: dict[str, str] | None = None) -> bytes:
+    return (json.dumps({"muxhost": __version__, "schema": SCHEMA, "argv": list(argv), "env": dict(env or {})})
+            + "\n").encode()
+
+
+def header() -> str:
+    return json.dumps({"protocol": PROTOCOL, "muxhost": __version__, "schema": SCHEMA})
+
+
+def parse_header(line: bytes | str) -> dict[str, Any] | None:
+    """The remote's header, or None when ``line`` is none (not a muxhost that serves)."""
+    try:
+        doc = json.loads(line)
+    except (ValueError, TypeError):
+        return None
+    return doc if isinstance(doc, dict) and doc.get("protocol") == PROTOCOL else None
+
+
+def incompatible(doc: dict[str, Any]) -> str | None:
+    """Why the remote of header ``doc`` cannot be spoken to, or None."""
+    schema = doc.get("schema")
+    if schema == SCHEMA:
+        return None
+    return (f"runs muxhost {doc.get('muxhost', '?')} (remote schema {schema}); this muxhost {__version__} "
+            f"speaks schema {SCHEMA}: install muxhost {__version__} there")
+
+
+def serve() -> int:
+    """``muxhost remote-serve``: read one request on stdin, run its verb here, as the caller's
+    ``cli`` would; print the header first. Called by ssh on the remote side. (Nothing outlives the
+    call: the CLI may run many times in one process.)"""
+    global _serving
+    stdin = sys.stdin
+    _serving = True
+    try:
+        return _serve(stdin)
+    finally:
+        _serving = False
+        if sys.stdin is not stdin:
+            sys.stdin.close()
+            sys.stdin = stdin
+
+
+def _serve(stdin) -> int:
+    line = stdin.buffer.readline(MAX_REQUEST) if hasattr(stdin, "buffer") else stdin.readline(MAX_REQUEST).encode()
+    print(header(), flush=True)
+    try:
+        req = json.loads(line)
+        if not isinstance(req, dict):
+            raise ValueError("not an object")
+    except ValueError as e:
+        print(f"muxhost: {SERVE_VERB}: the request is not one JSON object line ({e})", file=sys.stderr)
+        return 2
+    if req.get("schema") != SCHEMA:
+        print(f"muxhost: this muxhost {__version__} speaks remote schema {SCHEMA}; the caller (muxhost "
+              f"{req.get('muxhost', '?')}) speaks schema {req.get('schema')}: install muxhost "
+              f"{req.get('muxhost', __version__)} here", file=sys.stderr)
+        return 2
+    argv, env = req.get("argv"), req.get("env") or {}
+    if (not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv)
+            or argv[0] == SERVE_VERB or not isinstance(env, dict)
+            or not all(isinstance(k, str) and _ENV_NAME.fullmatch(k) and isinstance(v, str) for k, v in env.items())):
+        print(f"muxhost: {SERVE_VERB}: the request's argv or env is malformed", file=sys.stderr)
+        return 2
+    if env:
+        if argv[0] != "launch":
+            print(f"muxhost: {SERVE_VERB}: env goes with launch only", file=sys.stderr)
+            return 2
+        argv = [argv[0], *(f"--env={k}={v}" for k, v in env.items()), *argv[1:]]
+    sys.stdin = open(os.devnull)  # the request was stdin: a verb that asks gets no answer, as in a script
+    return run_cli(argv)
+
+
+def run_cli(argv: list[str]) -> int:
+    """The CLI's entry point with ``argv``, whatever it is called (``cli(argv)``, or ``main(argv)``)."""
+    import inspect
+
+    from muxhost import cli as cli_mod
+
+    entry = getattr(cli_mod, "cli", None)
+    if entry is None or not callable(entry):
+        entry = cli_mod.main
+    if not inspect.signature(entry).parameters:
+        raise RuntimeError("muxhost.cli has no entry point taking argv")
+    return entry(argv) or 0

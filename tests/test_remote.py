@@ -1,0 +1,264 @@
+"""Remote hosts over a real OpenSSH: an sshd on 127.0.0.1, a second local user as the other machine.
+
+The local muxhost (the ``mux`` fixture) reaches the remote user's muxhost through the system ssh
+(a wrapper first on PATH adds ``-F`` with the test's client config and logs every argv). Marked
+``remote``: ``-m "not remote"`` skips them in the quick loop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from muxhost.testing import load_module, wait_for
+
+rt = load_module(Path(__file__).with_name("remote_testing.py"))
+pytestmark = pytest.mark.remote
+
+NASTY = "odd name $(touch pwned); 'q' \"dq\""  # (record names are plain: this goes into folders and text)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """(remote user, sshd, client folder): one per module, ended by pid and userdel at the end."""
+    rt.need_root()
+    root = tmp_path_factory.mktemp("remote")
+    user = rt.RemoteUser(f"mxr{secrets.token_hex(4)}", Path("/home"))
+    sshd = None
+    try:
+        rt.install_muxhost(user)
+        key = rt.authorized_key(user, root)
+        sshd = rt.Sshd(root, user.name, key).start()
+        yield {"user": user, "sshd": sshd, "root": root, "key": key}
+    finally:
+        if sshd is not None:
+            sshd.stop()
+        user.remove()
+
+
+@pytest.fixture
+def box(world, mux, tmp_path):
+    """The local muxhost with host ``box`` (the remote user over the sshd), its ssh wrapper logging argv."""
+    sshd, user = world["sshd"], world["user"]
+    client = tmp_path / "ssh_config"
+    client.write_text(
+        f"Host box boxpw\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {user.name}\n"
+        f"  IdentityFile {world['key']}\n  IdentitiesOnly yes\n  UserKnownHostsFile {tmp_path}/known_hosts\n"
+        "  StrictHostKeyChecking accept-new\n"
+        f"Host *\n  IdentityFile {world['key']}\n  IdentitiesOnly yes\n  UserKnownHostsFile {tmp_path}/known_hosts\n"
+        "  StrictHostKeyChecking accept-new\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "ssh-argv.log"
+    (bin_dir / "ssh").write_text(
+        f"#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\" >> {log}; done\necho --- >> {log}\n"
+        f"exec /usr/bin/ssh -F {client} \"$@\"\n")
+    os.chmod(bin_dir / "ssh", 0o755)
+    mux.env["PATH"] = f"{bin_dir}:{mux.env.get('PATH', '/usr/bin:/bin')}"
+    mux.config.write_text(f"hosts:\n  timeout: 5\n  box: {{ssh: box, muxhost: '~/bin/muxhost'}}\n")
+    mux.ssh_log = log
+    mux.remote = user
+    yield mux
+    for ctl in _control_dir(mux).glob("*"):  # the shared connections this test opened
+        if ctl.is_socket():
+            subprocess.run(["/usr/bin/ssh", "-F", str(client), "-o", f"ControlPath={ctl}", "-O", "exit", "box"],
+                           capture_output=True, timeout=10)
+    r = user.muxhost("ls", "--all", "--json")
+    for rec in json.loads(r.stdout or "[]"):
+        user.muxhost("stop", rec["id"])
+    user.run("tmux", "kill-server")
+
+
+def remote_ls(user, *args):
+    r = user.muxhost("ls", "--all", "--json", *args)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_launch_ls_send_wait_read_stop_on_a_remote_host(box):
+    folder = box.remote.home / NASTY
+    box.remote.run("mkdir", str(folder))
+    rec = box.ok("launch", "demo", "--host", "box", "--name", "odd-1", "--cwd", str(folder), "--json")
+    assert rec["cwd"] == str(folder) and rec["state"] == "running"
+    there = {r["id"]: r for r in remote_ls(box.remote)}
+    assert there[rec["id"]]["cwd"] == str(folder), "the record is on the remote, in its folder"
+    assert not (box.remote.home / "pwned").exists() and not Path(box.home, "pwned").exists()
+
+    rows = box.ok("ls", "--json")
+    mine = [r for r in rows if r["id"] == rec["id"]]
+    assert len(mine) == 1 and mine[0]["host"] == "box" and mine[0]["name"] == "odd-1"
+    table = box.ok("ls")
+    assert table.splitlines()[0].split()[:2] == ["HOST", "ID"] and any(
+        line.startswith("box ") and rec["id"] in line for line in table.splitlines())
+    only = box.ok("ls", "--host", "box", "--json")
+    assert [r["id"] for r in only] == [rec["id"]]
+    assert box.ok("ls", "--host", "local", "--json") == []
+
+    ref = "odd-1@box"
+    wait_for(lambda: "demo>" in box.ok("read", ref), what="the demo prompt over ssh")
+    box.ok("send", ref, NASTY)
+    box.ok("wait", ref, "--until", "idle", "--timeout", "30")
+    assert f"heard {len(NASTY)} characters" in box.ok("read", ref) and NASTY[::-1] in box.ok("read", ref)
+    assert not (box.remote.home / "pwned").exists() and not (folder / "pwned").exists()
+    shown = box.ok("show", ref, "--json")
+    pids = [p["pid"] for p in shown["processes"]]
+    assert pids
+
+    out = box.ok("stop", ref, "--json")
+    assert out["outcome"] in ("exit", "hup", "term", "kill")
+    survivors = box.remote.run("ps", "-o", "pid=", "-p", ",".join(map(str, pids))).stdout.split()
+    assert survivors == [], f"processes left on the remote after stop: {survivors}"
+    assert {r["id"]: r for r in remote_ls(box.remote)}[rec["id"]]["state"] == "stopped"
+
+
+def test_sleep_wake_and_purge_on_a_remote_host_keep_the_neighbour(box):
+    a = box.ok("launch", "demo", "--host", "box", "--name", "one", "--json")
+    b = box.ok("launch", "demo", "--host", "box", "--name", "two", "--json")
+    for ref in ("one@box", "two@box"):
+        wait_for(lambda: "demo>" in box.ok("read", ref), what="the demo prompt")
+        box.ok("send", ref, "make a conversation")
+        box.ok("wait", ref, "--until", "idle", "--timeout", "30")
+    convs = box.remote.home / ".local" / "share" / "muxhost-demo" / "conversations"
+    a_file, b_file = convs / f"{a['conversation_id']}.jsonl", convs / f"{b['conversation_id']}.jsonl"
+    wait_for(lambda: a_file.exists() and b_file.exists(), what="both conversations on the remote's disk")
+
+    assert box.ok("sleep", "one@box", "--json")["state"] == "asleep"
+    assert box.ok("wake", "one@box", "--json")["state"] == "running"
+
+    plan = box.ok("purge", "one@box", "--dry-run", "--json")
+    assert any(a["conversation_id"] in item for item in plan["plan"])
+    assert a_file.exists()
+    b_before = b_file.read_bytes()
+    done = box.ok("purge", "one@box", "--stop", "--yes", "--json")
+    assert done["residual"] == []
+    assert not a_file.exists(), "the remote conversation is gone"
+    assert b_file.read_bytes() == b_before, "the neighbour is byte for byte the same"
+    box.ok("stop", "two@box")
+    rm = box.ok("rm", "one@box", "--json")
+    assert rm["done"]
+    assert a["id"] not in {r["id"] for r in remote_ls(box.remote)}
+
+
+def test_no_secret_on_any_command_line(box):
+    secret = "s3cret-" + secrets.token_hex(8)
+    rec = box.ok("launch", "demo", "--host", "box", "--name", "env", "--env", f"TOKEN={secret}", "--json")
+    logged = box.ssh_log.read_text()
+    assert secret not in logged, "the secret went into ssh's argv"
+    assert "remote-serve" in logged and "TOKEN" not in logged
+    # the remote side: no process of that user carries it in its command line
+    for line in box.remote.run("ps", "-u", box.remote.name, "-o", "args=").stdout.splitlines():
+        assert secret not in line, line
+    # ... but the agent has it in its environment
+    env_of = box.remote.run("sh", "-c", f"cat /proc/{rec['pids'][0]}/environ | tr '\\0' '\\n'").stdout
+    assert f"TOKEN={secret}" in env_of
+    box.ok("stop", "env@box")
+
+
+def test_ls_with_the_sshd_stopped_shows_an_offline_row_within_the_timeout(box, world, tmp_path):
+    box.ok("launch", "demo", "--name", "here", "--json")
+    gone = rt.Sshd(tmp_path, world["user"].name, world["key"]).start()
+    target = f"ssh://{world['user'].name}@127.0.0.1:{gone.port}"
+    box.config.write_text(f"hosts:\n  timeout: 5\n  box: {{ssh: box, muxhost: '~/bin/muxhost'}}\n"
+                          f"  gone: {{ssh: '{target}', muxhost: '~/bin/muxhost'}}\n")
+    assert {d["name"]: d for d in box.ok("hosts", "ls", "--json")}["gone"]["reachable"]
+    subprocess.run(["/usr/bin/ssh", "-F", str(tmp_path / "ssh_config"), "-o",  # (its shared connection)
+                    f"ControlPath={_control_dir(box)}/%C", "-O", "exit", target], capture_output=True, timeout=10)
+    gone.stop()
+    t0 = time.monotonic()
+    out = box.ok("ls")
+    took = time.monotonic() - t0
+    offline = [line for line in out.splitlines() if line.startswith("gone ")]
+    assert len(offline) == 1 and "offline" in offline[0] and "unreachable" in offline[0], out
+    assert any(line.startswith("local ") and "here" in line for line in out.splitlines())
+    assert took < 5 + 10, took
+    # a dead host is not asked again for 30 s: the cached row says the same without ssh
+    asked = box.ssh_log.read_text().splitlines().count(target)
+    r = box.run("ls", "--json")
+    assert r.rc == 0 and "host gone is offline: unreachable" in r.err
+    assert "gone" not in {d["host"] for d in json.loads(r.out)} and "local" in {d["host"] for d in json.loads(r.out)}
+    assert box.ssh_log.read_text().splitlines().count(target) == asked, "gone was asked again within 30 s"
+
+
+def _control_dir(box) -> Path:
+    """Where this test's muxhost keeps its shared connections."""
+    from muxhost.remote.transport import socket_folder
+
+    return socket_folder(Path(os.path.realpath(box.state_dir)))
+
+
+def test_an_ssh_that_would_ask_for_a_password_fails_in_one_line(box, world, tmp_path):
+    pw = rt.Sshd(tmp_path, world["user"].name, world["key"], password_only=True).start()
+    try:
+        box.config.write_text(f"hosts:\n  pw: {{ssh: 'ssh://{world['user'].name}@127.0.0.1:{pw.port}'}}\n")
+        t0 = time.monotonic()
+        r = box.run("show", "x@pw", timeout=30)
+        assert time.monotonic() - t0 < 20
+        assert r.rc == 1 and r.err.count("\n") == 1 and "pw: authentication refused" in r.err, r.err
+        hosts = box.ok("hosts", "ls", "--json")
+        assert hosts[0]["reachable"] is False and "authentication refused" in hosts[0]["reason"]
+    finally:
+        pw.stop()
+
+
+def test_a_remote_of_another_schema_or_without_muxhost_is_one_line(box):
+    fake = box.remote.home / "bin" / "muxhost-future"
+    fake.write_text("#!/bin/sh\nread line\n"
+                    "echo '{\"protocol\": \"muxhost-remote\", \"muxhost\": \"9.0\", \"schema\": 99, \"new\": 1}'\n")
+    os.chmod(fake, 0o755)
+    box.config.write_text("hosts:\n  future: {ssh: box, muxhost: '~/bin/muxhost-future'}\n"
+                          "  bare: {ssh: box, muxhost: '~/bin/no-such-muxhost'}\n")
+    r = box.run("show", "x@future")
+    assert r.rc == 1 and r.err.count("\n") == 1, r.err
+    assert "runs muxhost 9.0 (remote schema 99)" in r.err and "install muxhost 0.1.0 there" in r.err
+    r = box.run("read", "x@bare")
+    assert r.rc == 1 and r.err.count("\n") == 1 and "no muxhost there" in r.err and "pip install" in r.err, r.err
+    rows = {d["name"]: d for d in box.ok("hosts", "ls", "--json")}
+    assert rows["future"]["version"] == "9.0" and not rows["future"]["reachable"]
+    assert "no muxhost there" in rows["bare"]["reason"]
+
+
+def test_hosts_add_ls_rm(box):
+    box.config.write_text("")
+    assert "added host box2" in box.ok("hosts", "add", "box2", "box", "--muxhost", "~/bin/muxhost")
+    rows = box.ok("hosts", "ls", "--json")
+    assert rows[0]["name"] == "box2" and rows[0]["reachable"] and rows[0]["version"] == "0.1.0"
+    assert isinstance(rows[0]["records"], int) and rows[0]["rtt"] > 0
+    text = box.ok("hosts", "ls")
+    assert text.splitlines()[0].split() == ["HOST", "SSH", "STATE", "MUXHOST", "RECORDS", "RTT"]
+    assert box.run("hosts", "add", "local", "box").rc == 2
+    assert box.run("hosts", "add", "x", "-oProxyCommand=evil").rc == 2
+    assert "removed host box2" in box.ok("hosts", "rm", "box2")
+    assert box.run("hosts", "rm", "box2").rc == 3
+
+
+def test_rm_of_a_worktree_on_a_remote_host(box):
+    repo = box.remote.home / "proj"
+    for argv in (["git", "init", "-q", "-b", "main", str(repo)],
+                 ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                  "--allow-empty", "-m", "first"]):
+        assert box.remote.run(*argv).returncode == 0
+    rec = box.ok("launch", "demo", "--host", "box", "--cwd", str(repo), "--worktree", "feat", "--name", "wt", "--json")
+    folder = Path(rec["worktree"]["path"])
+    assert folder.is_dir() and folder.parent == repo.parent
+    box.ok("stop", "wt@box")
+    out = box.ok("rm", "wt@box")
+    assert str(folder) in out
+    assert not folder.exists()
+    assert "feat" not in box.remote.run("git", "-C", str(repo), "branch", "--list", "feat").stdout
+
+
+def test_attach_inside_tmux_opens_a_window_running_ssh_to_the_remote_pane(box):
+    box.ok("launch", "demo", "--host", "box", "--name", "seen", "--json")
+    box.tmux("new-session", "-d", "-s", "outer", "-x", "120", "-y", "30", "/bin/sh")
+    path = box.tmux("display-message", "-p", "-t", "outer", "#{socket_path}")[0]
+    r = box.run("attach", "seen@box", env={"TMUX": f"{path},1,0"})
+    assert r.rc == 0, r.err
+    windows = box.tmux("list-windows", "-t", "outer", "-F", "#{window_name} #{pane_id}")
+    pane = next(w.split()[1] for w in windows if w.startswith("seen@box "))
+    box.wait_screen(pane, "demo>", timeout=30)

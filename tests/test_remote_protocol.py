@@ -1,0 +1,133 @@
+"""The remote-host pieces without an sshd: the request and header, the serve verb's refusals, which
+arguments are REFs for a host, quoting for the remote shell, the ssh command line, hosts in config."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from muxhost import __version__, config
+from muxhost.errors import ConfigError
+from muxhost.remote import protocol, split, transport, _ref_positions
+from muxhost.remote.hosts import RemoteHost, from_config
+
+NASTY = "odd name $(touch pwned); 'q' \"dq\" `x` \\ * ~ \n next"
+
+
+def serve(request: bytes, tmp_path) -> subprocess.CompletedProcess:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MUXHOST_STATE_DIR": str(tmp_path / "state"),
+           "MUXHOST_CONFIG": str(tmp_path / "none.yaml")}
+    return subprocess.run([sys.executable, "-m", "muxhost", "remote-serve"], input=request, env=env,
+                          capture_output=True, timeout=60)
+
+
+def test_serve_prints_its_header_and_refuses_another_schema_in_one_line(tmp_path):
+    r = serve(json.dumps({"muxhost": "9.0", "schema": 99, "argv": ["ls"], "new": True}).encode() + b"\n", tmp_path)
+    head = protocol.parse_header(r.stdout.split(b"\n")[0])
+    assert head == {"protocol": "muxhost-remote", "muxhost": __version__, "schema": protocol.SCHEMA}
+    err = r.stderr.decode()
+    assert r.returncode == 2 and err.count("\n") == 1 and "speaks schema 99" in err and "install muxhost 9.0 here" in err
+
+
+def test_serve_runs_the_verb_ignoring_unknown_fields(tmp_path):
+    r = serve(protocol.request(["ls", "--all", "--json"])[:-2] + b', "later": {"x": 1}}\n', tmp_path)
+    lines = r.stdout.decode().split("\n", 1)
+    assert r.returncode == 0, r.stderr
+    assert protocol.parse_header(lines[0]) is not None and json.loads(lines[1]) == []
+
+
+@pytest.mark.parametrize("req", [b"not json\n", json.dumps({"schema": 1, "argv": ["show", "x"], "env": {"K": "v"}}).encode(),
+                                 json.dumps({"schema": 1, "argv": ["remote-serve"]}).encode(),
+                                 json.dumps({"schema": 1, "argv": "ls"}).encode()])
+def test_serve_refuses_a_malformed_request(req, tmp_path):
+    r = serve(req + b"\n", tmp_path)
+    assert r.returncode == 2 and r.stderr.decode().count("\n") == 1 and r.stderr.startswith(b"muxhost: ")
+
+
+def test_an_incompatible_header_says_which_version_is_needed():
+    why = protocol.incompatible({"protocol": "muxhost-remote", "muxhost": "2.0", "schema": 2})
+    assert why == f"runs muxhost 2.0 (remote schema 2); this muxhost {__version__} speaks schema 1: " \
+                  f"install muxhost {__version__} there"
+    assert protocol.incompatible({"protocol": "muxhost-remote", "schema": 1, "extra": [1]}) is None
+    assert protocol.parse_header('{"protocol": "other"}') is None and protocol.parse_header("garbage") is None
+
+
+def test_which_arguments_are_refs():
+    assert split(["--config", "f", "stop", "a@box", "--grace", "1", "b@box"]) == (["--config", "f"], "stop",
+                                                                                  ["a@box", "--grace", "1", "b@box"])
+    assert _ref_positions("stop", ["a@box", "--grace", "1", "b@box"]) == [0, 3]
+    assert _ref_positions("wait", ["--until", "idle", "r@box", "--timeout", "5"]) == [2]
+    assert _ref_positions("send", ["r@box", "hi@there"]) == [0]
+    assert _ref_positions("purge", ["--agent", "a@b", "--conversation", "c"]) == []
+
+
+def test_the_remote_command_is_quoted_for_the_remote_shell(tmp_path):
+    folder = tmp_path / "a dir 'q' $(x)"
+    folder.mkdir()
+    echo = folder / "args"
+    echo.write_text("#!/bin/sh\nfor a; do printf '%s\\0' \"$a\"; done\n")
+    echo.chmod(0o755)
+    words = [NASTY, "-", "--flag", "$HOME", "a;b", "", "%C"]
+    cmd = transport.remote_command(RemoteHost("h", "h", str(echo)), words)
+    out = subprocess.run(["sh", "-c", cmd], capture_output=True, check=True, cwd=tmp_path).stdout
+    assert out.split(b"\0")[:-1] == [w.encode() for w in words]
+    assert not (tmp_path / "pwned").exists()
+    assert transport.remote_word("~/.local/bin/my muxhost") == "~/'.local/bin/my muxhost'"
+
+
+def test_the_ssh_command_never_prompts_shares_one_connection_and_carries_no_request(tmp_path, monkeypatch):
+    monkeypatch.setenv("MUXHOST_STATE_DIR", str(tmp_path / "s"))
+    argv = transport.ssh_argv(RemoteHost("box", "ssh://me@box:2222", "~/bin/muxhost"), "~/bin/muxhost remote-serve", 4.2)
+    opts = {argv[i + 1] for i, a in enumerate(argv) if a == "-o"}
+    assert {"BatchMode=yes", "ConnectTimeout=5", "ControlMaster=auto", "ControlPersist=60"} <= opts
+    path = next(o for o in opts if o.startswith("ControlPath="))[len("ControlPath="):]
+    assert path.endswith("/%C") and len(path) - 2 + 58 <= 104
+    assert argv[-3:] == ["--", "ssh://me@box:2222", "~/bin/muxhost remote-serve"]
+    import os
+    import stat
+
+    st = os.stat(os.path.dirname(path))
+    assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.geteuid()
+
+
+def test_hosts_in_config_are_checked_naming_the_key(tmp_path):
+    cfg = config.parse("hosts:\n  timeout: 2\n  box: {ssh: 'ssh://me@box:2222', muxhost: '~/bin/muxhost'}\n"
+                       "  alias: devbox\n", str(tmp_path / "c.yaml"))
+    table = from_config(cfg)
+    assert table.timeout == 2 and table.hosts["box"].muxhost == "~/bin/muxhost" and table.hosts["alias"].ssh == "devbox"
+    for text, key in [("hosts:\n  box: {ssh: x, port: 2}\n", "hosts.box.port"),
+                      ("hosts:\n  timeout: 0\n", "hosts.timeout"),
+                      ("hosts:\n  local: {ssh: x}\n", "hosts.local"),
+                      ("hosts:\n  box: {ssh: '-oProxyCommand=x'}\n", "hosts.box.ssh"),
+                      ("hosts:\n  box: {muxhost: m}\n", "hosts.box")]:
+        with pytest.raises(ConfigError, match=f"c.yaml: .*{key}"):
+            from_config(config.parse(text, str(tmp_path / "c.yaml")))
+
+
+def test_a_failed_session_is_one_reason():
+    h = RemoteHost("box", "me@box", "~/bin/muxhost")
+    assert transport.failure(h, 255, "me@box: Permission denied (publickey,password).\n").startswith("authentication refused")
+    assert transport.failure(h, 255, "ssh: connect to host box port 22: Connection refused\n").startswith("unreachable")
+    assert "pip install" in transport.failure(h, 127, "sh: 1: /home/me/bin/muxhost: not found\n")
+    assert "too old" in transport.failure(h, 2, "muxhost: argument COMMAND: invalid choice: 'remote-serve' (…)\n")
+
+
+def test_serve_in_process_leaves_nothing_behind(monkeypatch, tmp_path, capsys):
+    """The CLI runs many times in one process: a served request changes neither stdin nor what the
+    next call does (it may forward again)."""
+    import io
+
+    from muxhost import cli
+
+    monkeypatch.setenv("MUXHOST_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("MUXHOST_CONFIG", str(tmp_path / "none.yaml"))
+    stdin = io.TextIOWrapper(io.BytesIO(protocol.request(["hosts", "ls", "--json"])))
+    monkeypatch.setattr(sys, "stdin", stdin)
+    entry = getattr(cli, "cli", None) or cli.main
+    assert entry(["remote-serve"]) == 0
+    out = capsys.readouterr().out.split("\n", 1)
+    assert protocol.parse_header(out[0]) is not None and json.loads(out[1]) == []
+    assert sys.stdin is stdin and not protocol.serving()
