@@ -149,3 +149,19 @@ def test_an_older_plugins_strings_are_planned_carried_out_once_and_asked_again(t
     assert plans.labels(plans.plan(agent, ctx, members)) == ["~/keep-c1.txt"]
     with pytest.raises(UsageError, match="cannot purge"):
         plans.carry_out(plans.plan(Old(files, purges=False), ctx, ["c1"]), ctx, [])
+
+
+def test_the_authors_section_is_short_and_its_example_uses_only_the_api(tmp_path):
+    text = (ROOT / "docs/plugins.md").read_text()
+    section = text.split("\n## ", 1)[0]
+    assert len(section.splitlines()) <= 80 and "minimum safe plugin" in section
+    block = section.split("```python\n", 1)[1].split("```", 1)[0]
+    example = tmp_path / "muxhost_myagent.py"
+    example.write_text(block)
+    assert {name for _l, name in muxhost_imports(example)} == ALLOWED
+    names = {}
+    exec(compile(block, str(example), "exec"), names)  # noqa: S102  (the example defines a real Agent)
+    assert names["MyAgent"]().valid_id("0" * 32)
+    for word in ("Agent", "AgentContext", "Launch", "PurgeReport", "artifacts", "kit", "Proc", "ProcessTable",
+                 "same_process", "RECORD_ENV", "hookimpl"):
+        assert f"`{word}`" in section and word in api.__all__, word
