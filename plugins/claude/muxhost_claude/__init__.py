@@ -426,13 +426,15 @@ class ClaudeAgent(Agent):
         # <tmp>/claude-<uid>/<folder>/<id>/ (background task and sub-agent outputs)
         names = list(dict.fromkeys([d.name for d in folders] + paths.cwd_folders()))
         for root in paths.tmp_roots():
-            out += [artifacts.Dir(root / n / cid) for n in names] + [artifacts.Dir(p) for p in sorted(root.glob(f"*/{cid}"))]
+            out += [artifacts.Dir(root / n / cid) for n in names]
+            out += [artifacts.Dir(p) for p in sorted(root.glob(f"*/{cid}"))]
         # stale registry files naming the id (a live one means in use: the host refuses before this)
         out += [artifacts.File(f) for f, e in paths.registry()
                 if e.get("sessionId") == cid and not registry_entry_live(e, _int(f.stem))]
         # the shared files, rewritten in place under claude's own lock (of the file's realpath)
         hist = paths.history
-        out.append(artifacts.Lines(hist, key="sessionId", value=cid, lock=artifacts.MkdirLock(os.path.realpath(hist) + ".lock")))
+        out.append(artifacts.Lines(hist, key="sessionId", value=cid,
+                                   lock=artifacts.MkdirLock(os.path.realpath(hist) + ".lock")))
         gc = paths.global_config
         doc, why = _read_json(gc)
         if why:

@@ -320,7 +320,8 @@ class OpenCodeAgent(Agent):
             if note not in ctx.notes:
                 ctx.notes.append(note)
             return []
-        return [artifacts.Command([binary, "session", "delete", sid], env={"OPENCODE_DB": str(db)}, timeout=DELETE_TIMEOUT)]
+        return [artifacts.Command([binary, "session", "delete", sid], env={"OPENCODE_DB": str(db)},
+                                  timeout=DELETE_TIMEOUT)]
 
     def _logs(self, ctx: AgentContext, logs: Path, sid: str) -> list[artifacts.Artifact]:
         out: list[artifacts.Artifact] = []
