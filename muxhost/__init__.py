@@ -1,7 +1,8 @@
 """muxhost: a plugin host that runs AI coding agents in tmux panes.
 
-Kept light on purpose: ``muxhost --help`` imports this and nothing heavy, so the public names below
-are loaded on first use.
+Kept light on purpose: ``muxhost --help`` imports this and nothing heavy. The names of
+:mod:`muxhost.api` (what a plugin needs: ``muxhost.Agent``, ``muxhost.hookimpl``, …) are also
+here, loaded on first use.
 """
 
 from __future__ import annotations
@@ -21,18 +22,18 @@ if TYPE_CHECKING:
     hookimpl: pluggy.HookimplMarker
 
 
+#: the lower-case names of muxhost.api that are no submodule here (``from muxhost import plans`` asks
+#: this module first: that must not load muxhost.api)
+_API_FUNCTIONS = ("hookimpl", "same_process", "launch_file")
+
+
 def __getattr__(name: str) -> Any:
-    if name == "hookimpl":
-        import pluggy
-
-        value: Any = pluggy.HookimplMarker("muxhost")
-    elif name in ("Agent", "AgentContext", "Launch", "PurgeReport"):
-        from muxhost import agent
-
-        value = getattr(agent, name)
-    elif name == "MuxhostError":
-        from muxhost.errors import MuxhostError as value
-    else:
+    if not (name[:1].isupper() or name in _API_FUNCTIONS):
         raise AttributeError(f"module 'muxhost' has no attribute {name!r}")
+    from muxhost import api
+
+    if name not in api.__all__:
+        raise AttributeError(f"module 'muxhost' has no attribute {name!r}")
+    value = getattr(api, name)
     globals()[name] = value
     return value

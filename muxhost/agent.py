@@ -186,7 +186,8 @@ class Agent:
     and register an instance from a ``muxhost_register_agents(register)`` hook.
 
     Every ``conversation_id`` a method receives has already been checked by the host to fullmatch
-    :attr:`id_pattern`, so it is safe in a path, an argv or SQL parameters.
+    :attr:`id_pattern` (:meth:`valid_id`, which no subclass may override), so it is safe in a path,
+    an argv or SQL parameters.
     """
 
     #: the agent's name on the command line (``muxhost launch NAME``)
@@ -208,7 +209,15 @@ class Agent:
     #: database, a status command): the host then captures no screen for this agent
     activity_reads_screen: bool = True
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "valid_id" in vars(cls):
+            raise TypeError(f"{cls.__qualname__} overrides valid_id: the id check is the host's, built from "
+                            "id_pattern (set id_pattern instead)")
+
     def valid_id(self, conversation_id: object) -> bool:
+        """True when ``conversation_id`` fullmatches :attr:`id_pattern`: the host's one id check
+        (before any argv, path, SQL or pane sees an id). A subclass cannot override it."""
         return isinstance(conversation_id, str) and re.fullmatch(self.id_pattern, conversation_id) is not None
 
     def launch(self, ctx: AgentContext) -> Launch:

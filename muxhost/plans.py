@@ -1,9 +1,10 @@
 """Purge plans: the host's side of typed artifacts (:mod:`muxhost.artifacts`).
 
-:func:`build` asks the plugin for each member of a conversation's family, keeps what is really
-there, checks every rule (roots, a File is no folder, plain SQL identifiers) and labels each item;
-:func:`carry_out` removes the items in the one fixed order; building again gives the residual.
-Nothing here names an agent.
+:func:`plan` asks the plugin for each member of a conversation's family; :func:`build` keeps what
+is really there, checks every rule (roots, a File is no folder, plain SQL identifiers) and labels
+each item; :func:`carry_out` removes the items in the one fixed order; planning again gives the
+residual. An older plugin's strings go through the same steps as :class:`Legacy` items (its own
+``purge`` removes them: :func:`legacy`), so a purge has one path. Nothing here names an agent.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ import re
 import shlex
 import sqlite3
 import stat
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from muxhost import fsutil
 from muxhost.artifacts import (TYPES, Artifact, Command, Dir, File, FlockFile, Item, JsonMember, Leftover, Lines,
                                MkdirLock, Rows)
-from muxhost.errors import MuxhostError, Refused
+from muxhost.errors import MuxhostError, Refused, UsageError
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SQL_TIMEOUT = 10.0
@@ -63,6 +65,48 @@ def is_typed(result: list) -> bool:
     if any(typed) or not all(isinstance(a, str) for a in result):
         raise MuxhostError("the plugin's artifacts() mixes typed artifacts with other values")
     return False
+
+
+def plan(agent, ctx, members: list[str], also: Iterable[str] = ()) -> list[Item]:
+    """The plan for a family (``members``, and ``also``: the members an earlier plan had): typed
+    artifacts :func:`build` checks and labels, or an older plugin's strings as :func:`legacy` items."""
+    wanted = list(dict.fromkeys([*members, *also]))
+    results = {m: list(agent.artifacts(ctx, m) or []) for m in wanted}
+    typed = [is_typed(r) for r in results.values() if r]
+    if typed and all(typed):
+        return build(agent, ctx, wanted, results)
+    if any(typed):
+        raise MuxhostError(f"agent {agent.name!r}: artifacts() returns typed artifacts for some conversations "
+                           "and strings for others")
+    return legacy(agent, ctx, wanted, results)
+
+
+@dataclass(frozen=True)
+class Legacy(Artifact):
+    """One string of an older plugin's ``artifacts`` (a path, ``table:id``): shown as it is, and
+    removed by the plugin's own ``purge`` (``remove``), which :func:`carry_out` calls once."""
+
+    text: str
+    remove: Callable[[], list[str]] = field(compare=False, repr=False)
+    conversation: str | None = None
+
+
+def legacy(agent, ctx, members: list[str], results: dict[str, list[str]]) -> list[Item]:
+    """Items for an older plugin's strings: a child's labelled with it; removing any of them is the
+    plugin's ``purge`` of the root conversation (its children with it), once."""
+    root = members[0]
+
+    def remove() -> list[str]:
+        try:
+            return list(agent.purge(ctx, root))
+        except NotImplementedError as e:
+            raise UsageError(str(e) or f"agent {agent.name!r} cannot purge") from None
+
+    items = []
+    for m in members:
+        suffix = "" if m == root else f" [child conversation {m}]"
+        items += [Item(Legacy(a, remove, m), m, f"{a}{suffix}", ("legacy", a, m)) for a in results[m]]
+    return items
 
 
 def build(agent, ctx, members: list[str], results: dict[str, list[Artifact]]) -> list[Item]:
@@ -401,8 +445,12 @@ def _present(art: Artifact, conv: str, ctx, places: dict | None = None) -> list[
 def carry_out(items: list[Item], ctx, notes: list[str]) -> list[str]:
     """Remove the items in the fixed order: commands, rows (one transaction per database, then
     compaction), shared files in place under lock, then files and folders. A step that fails is a
-    note; what it left shows in the residual. Returns the labels of the commands that succeeded."""
+    note; what it left shows in the residual. Returns the labels of the commands that succeeded
+    (and, for an older plugin's :class:`Legacy` items, what its ``purge`` says it removed)."""
     ran = []
+    old = [item.artifact for item in items if isinstance(item.artifact, Legacy)]
+    if old:
+        ran += old[0].remove()
     for item in items:
         if isinstance(item.artifact, Command) and _run(item.artifact, ctx, notes):
             ran.append(item.label.replace("run: ", "ran: ", 1))

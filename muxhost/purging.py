@@ -95,10 +95,10 @@ class Purging:
                     raise Refused(f"{e} (record {rec.id} was stopped first: {report.stopped['outcome']})") from None
                 raise
             report.refused = str(e)  # a dry run changes nothing: the plan, and why it would be refused now
-        items, legacy = self._plan(agent, ctx, members)
-        report.plan = plans.labels(items) if items is not None else legacy
+        items = self._plan(agent, ctx, members)
+        report.plan = plans.labels(items)
         # (the agent's own delete command alone is nothing to purge: nothing of it is on disk)
-        if not report.plan or (items is not None and all(i.artifact.kind == "command" for i in items)):
+        if all(i.artifact.kind == "command" for i in items):
             raise NotFound(f"nothing to purge: conversation {conversation_id} of agent {agent.name} has no artifacts")
         if dry_run:
             if report.refused is None:
@@ -116,13 +116,13 @@ class Purging:
             # the answer may have taken minutes: who holds it now, and what is there now
             members = self._family(agent, ctx, conversation_id)
             self.refusals.refuse_held(agent, ctx, conversation_id, members)
-            items, legacy = self._plan(agent, ctx, members)
+            items = self._plan(agent, ctx, members)
         return self._carry_out(agent, ctx, conversation_id, items, members, report)
 
-    def _carry_out(self, agent: Agent, ctx: AgentContext, conversation_id: str, items: list | None,
+    def _carry_out(self, agent: Agent, ctx: AgentContext, conversation_id: str, items: list,
                    members: list[str], report: PurgeReport) -> PurgeReport:
-        """The veto, then the plan carried out (typed ``items``: by the host; else the plugin's own
-        ``purge``), and the residual read; ``report`` filled in."""
+        """The veto, then the plan carried out (by the host; an older plugin's strings through its own
+        ``purge``, :func:`muxhost.plans.legacy`), and the residual read; ``report`` filled in."""
         from muxhost import plans  # (start-up: only a purge loads the plans)
 
         purged = self.core.pm.hook.muxhost_conversation_purged  # (its plugins imported before anything goes)
@@ -130,19 +130,12 @@ class Purging:
                                                       artifacts=list(report.plan))
         if reason is not None:
             raise Refused(f"purge vetoed: {reason}")
-        if items is not None:  # typed artifacts: the host carries the plan out
-            ran = plans.carry_out(items, ctx, ctx.notes)
-            after, _ = self._plan(agent, ctx, self._family(agent, ctx, conversation_id), members)
-            left = {i.key for i in after or []}
-            report.removed = ran + [i.label for i in items
-                                    if i.key not in left and i.artifact.kind not in ("command", "leftover")]
-            report.residual = [i.label for i in after or [] if i.artifact.kind != "command"]
-        else:
-            try:
-                report.removed = list(agent.purge(ctx, conversation_id))
-            except NotImplementedError as e:
-                raise UsageError(str(e) or f"agent {agent.name!r} cannot purge") from None
-            report.residual = list(agent.artifacts(ctx, conversation_id))
+        ran = plans.carry_out(items, ctx, ctx.notes)
+        after = self._plan(agent, ctx, self._family(agent, ctx, conversation_id), members)
+        left = {i.key for i in after}
+        report.removed = ran + [i.label for i in items
+                                if i.key not in left and i.artifact.kind not in ("command", "leftover", "legacy")]
+        report.residual = [i.label for i in after if i.artifact.kind != "command"]
         report.notes = list(ctx.notes)
         purged(agent=agent.name, conversation_id=conversation_id, report=report.to_dict())
         return report
@@ -158,24 +151,11 @@ class Purging:
             raise Refused(f"cannot tell the child conversations of {conversation_id} "
                           f"({agent.name}.children: {type(e).__name__}: {e}); nothing was removed") from None
 
-    def _plan(self, agent: Agent, ctx: AgentContext, members: list[str],
-              also: Iterable[str] = ()) -> tuple[list | None, list[str]]:
-        """The plan: typed items (the host carries them out), or the strings of an older plugin."""
+    def _plan(self, agent: Agent, ctx: AgentContext, members: list[str], also: Iterable[str] = ()) -> list:
+        """The plan's items (an older plugin's strings too: :func:`muxhost.plans.legacy`)."""
         from muxhost import plans
 
-        wanted = list(dict.fromkeys([*members, *also]))
-        results = {m: list(agent.artifacts(ctx, m) or []) for m in wanted}
-        typed = [plans.is_typed(r) for r in results.values() if r]
-        if typed and all(typed):
-            return plans.build(agent, ctx, wanted, results), []
-        if any(typed):
-            raise MuxhostError(f"agent {agent.name!r}: artifacts() returns typed artifacts for some conversations "
-                               "and strings for others")
-        legacy = []
-        for m in wanted:
-            suffix = "" if m == wanted[0] or not results[m] else f" [child conversation {m}]"
-            legacy += [f"{a}{suffix}" for a in results[m]]
-        return None, legacy
+        return plans.plan(agent, ctx, members, also)
 
     def _record_for(self, agent: str, conversation_id: str, home: str | None = None) -> Record | None:
         """The latest record in ``conversation_id`` (with ``home``: one whose HOME it is)."""

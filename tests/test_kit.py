@@ -637,3 +637,51 @@ def test_the_agents_command_runs_with_its_environment_and_a_deadline(tmp_path):
             time.sleep(0.02)
     finally:
         procs.signal_if_same(grandchild.pid, created, procs.SIGKILL)
+
+
+# -- the complete lines at a growing file's end (claude's transcript, codex's rollout) ----------------
+def test_tail_gives_complete_lines_only_a_torn_last_line_waits(tmp_path):
+    log = tmp_path / "t.jsonl"
+    log.write_bytes(b'{"n": 1}\n{"n": 2}\n{"n": 3, "half')
+    lines, mark = jsonl.tail(log, 1 << 16)
+    assert lines == [b'{"n": 1}', b'{"n": 2}']  # the line still being written is not seen cut
+    assert (mark.size, mark.end) == (log.stat().st_size, len(b'{"n": 1}\n{"n": 2}\n'))
+    # a window that starts inside a line leaves that line out
+    assert jsonl.tail(log, len(b'1}\n{"n": 2}\n{"n": 3, "half'))[0] == [b'{"n": 2}']
+    with open(log, "ab") as f:
+        f.write(b'": 1}\n')
+    new, mark2, fresh = jsonl.since(log, mark, 1 << 16)
+    assert (new, fresh) == ([b'{"n": 3, "half": 1}'], False)  # its end came: now it is whole
+    assert jsonl.since(log, mark2, 1 << 16)[0] is None  # nothing appended: nothing read
+
+
+def test_a_huge_line_is_never_seen_cut_and_until_reads_back_further(tmp_path):
+    log = tmp_path / "t.jsonl"
+    huge = b'{"big": "' + b"x" * 300_000 + b'"}'
+    log.write_bytes(b'{"turn": "open"}\n' + huge + b"\n")
+    assert jsonl.tail(log, 1 << 16)[0] == []  # the window is inside the huge line: no line at all
+    found = jsonl.tail(log, 1 << 16, most=1 << 20, until=lambda ls: any(b"turn" in ln for ln in ls))[0]
+    assert found == [b'{"turn": "open"}', huge]  # read back (x4 each time) to the file's start
+    capped = jsonl.tail(log, 1 << 16, most=1 << 17, until=lambda ls: False)[0]
+    assert capped == []  # at most `most` bytes: still inside the huge line, still nothing cut
+
+
+def test_since_reads_a_file_that_shrank_or_was_replaced_from_its_end_again(tmp_path):
+    log = tmp_path / "t.jsonl"
+    log.write_bytes(b"a\nb\nc\n")
+    lines, mark, fresh = jsonl.since(log, None, 1 << 16)
+    assert (lines, fresh) == ([b"a", b"b", b"c"], True)
+    log.write_bytes(b"d\n")  # rewritten shorter, same inode
+    lines, mark, fresh = jsonl.since(log, mark, 1 << 16)
+    assert (lines, fresh) == ([b"d"], True)
+    other = tmp_path / "other"
+    other.write_bytes(b"d\ne\n")
+    os.replace(other, log)  # another file at the path, longer than the mark
+    lines, mark, fresh = jsonl.since(log, mark, 1 << 16)
+    assert (lines, fresh) == ([b"d", b"e"], True)
+    with open(log, "ab") as f:
+        f.write(b"f\n")
+    assert jsonl.since(log, mark, 1 << 16)[:3:2] == ([b"f"], False)
+    log.unlink()
+    with pytest.raises(OSError):
+        jsonl.since(log, mark, 1 << 16)

@@ -1,8 +1,7 @@
 """The plugin kit: the jobs every agent plugin has, done once, the safe way (fail closed).
 
-Import the module you need; nothing is loaded before that::
-
-    from muxhost.kit import holders, sqlite, jsonl, flock, family, command
+Nothing is loaded before it is used: ``kit.sqlite`` (after ``from muxhost.api import kit``) imports
+:mod:`muxhost.kit.sqlite` on first use, and so does ``from muxhost.kit import sqlite``.
 
 - :mod:`muxhost.kit.holders` who holds a conversation: argv naming the id, an environment variable
   equal to it, open files, locks (``/proc/locks``; macOS: open files and a ``flock`` probe), with
@@ -10,7 +9,8 @@ Import the module you need; nothing is loaded before that::
 - :mod:`muxhost.kit.sqlite` read-only SQLite that creates no file (a WAL without its ``-shm``; the
   ``immutable`` / private copy fallback, only when no process uses the database; one timeout),
   checked identifiers, ``delete_rows`` in one transaction per database, ``compact``;
-- :mod:`muxhost.kit.jsonl` count, list and drop the lines of a conversation in a shared line file;
+- :mod:`muxhost.kit.jsonl` count, list and drop the lines of a conversation in a shared line file, and
+  read the complete lines at a line file's end (``tail``, ``since``: a torn last line waits);
 - :mod:`muxhost.kit.flock` ``flock`` with a deadline, and the ``mkdir`` lock of npm proper-lockfile;
 - :mod:`muxhost.kit.family` a conversation and its children at every depth (cycle-safe);
 - :mod:`muxhost.kit.command` run the agent's own delete command, with the agent's environment;
@@ -27,3 +27,17 @@ claude uses ``holders`` (argv, ``CLAUDE_CODE_SESSION_ID``) and ``jsonl``, with `
 All three: the before/after diff of ``purge`` (``removed`` = plan minus residual) and the child
 labels are the host's once ``artifacts`` returns typed artifacts.
 """
+
+MODULES = ("holders", "sqlite", "jsonl", "flock", "family", "command")
+
+
+def __getattr__(name: str):
+    if name not in MODULES:
+        raise AttributeError(f"module 'muxhost.kit' has no attribute {name!r}")
+    import importlib
+
+    return importlib.import_module(f"muxhost.kit.{name}")  # (which also sets it here)
+
+
+def __dir__() -> list[str]:
+    return [*globals(), *MODULES]

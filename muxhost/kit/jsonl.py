@@ -15,15 +15,20 @@ Lines are handed over without their line ending; the last line needs none. :func
 rewrites the file in place under ``flock`` on the file (:func:`muxhost.fsutil.rewrite`): a symlink
 stays a symlink, and lines an agent appends meanwhile are kept. Hold the agent's own lock around
 it when the agent has one (:mod:`muxhost.kit.flock`).
+
+Reading a line file an agent is appending to (its transcript, its rollout) for its last events:
+:func:`tail` gives the complete lines at its end, :func:`since` only the lines appended since the
+last call. Complete lines only: a last line the agent is still writing waits for the next call, and
+the first line of a window that starts inside a line is left out, so a line is never seen cut.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Union
+from typing import Any, Callable, NamedTuple, Union
 
-__all__ = ["raw", "contains", "matcher", "count_lines", "matching_lines", "drop_lines"]
+__all__ = ["raw", "contains", "matcher", "count_lines", "matching_lines", "drop_lines", "Mark", "tail", "since"]
 
 
 class raw:
@@ -135,3 +140,60 @@ def drop_lines(path: str | os.PathLike, match: Match) -> int:
     if not os.path.lexists(path):
         return 0
     return drop(path, matcher(match))
+
+
+# -- the end of a line file that grows ---------------------------------------------------------------
+class Mark(NamedTuple):
+    """How far a file was read: its inode and size then, and the offset after its last complete line."""
+
+    inode: int
+    size: int
+    end: int
+
+
+def _complete(data: bytes, cut: bool) -> tuple[list[bytes], int]:
+    """The complete lines of ``data`` and the length they take; ``cut``: its first piece may be the
+    end of a line (a window that does not start at the file's start), so it is left out."""
+    end = data.rfind(b"\n") + 1
+    lines = data[:end].split(b"\n")[:-1]
+    return (lines[1:] if cut else lines), end
+
+
+def _tail(f, st: os.stat_result, size: int, most: int, until: Callable[[list[bytes]], Any] | None):
+    while True:
+        start = max(0, st.st_size - size)
+        f.seek(start)
+        lines, end = _complete(f.read(st.st_size - start), cut=start > 0)
+        if start == 0 or size >= most or until is None or until(lines):
+            return lines, Mark(st.st_ino, st.st_size, start + end)
+        size = min(size * 4, most)
+
+
+def tail(path: str | os.PathLike, size: int, *, most: int | None = None,
+         until: Callable[[list[bytes]], Any] | None = None) -> tuple[list[bytes], Mark]:
+    """The complete lines (oldest first, without their line endings) in the last ``size`` bytes of
+    ``path``, and the :class:`Mark` of that read. With ``until``: while ``until(lines)`` is false,
+    read back further (four times as much each time, at most ``most`` bytes). A line longer than
+    the window is not in it. Raises :class:`OSError`."""
+    with open(path, "rb") as f:
+        return _tail(f, os.fstat(f.fileno()), size, most or size, until)
+
+
+def since(path: str | os.PathLike, mark: Mark | None, size: int, *, most: int | None = None,
+          until: Callable[[list[bytes]], Any] | None = None) -> tuple[list[bytes] | None, Mark, bool]:
+    """The complete lines appended to ``path`` after ``mark`` (the one the last call returned):
+    ``(lines, mark, fresh)``. ``lines`` is None when nothing changed (one ``stat``, the file is not
+    opened). With no mark, another file at the path (inode) or one that shrank below the mark:
+    :func:`tail` (``size``, ``most``, ``until``) and ``fresh`` True. Raises :class:`OSError`."""
+    if mark is not None and mark.end == mark.size:
+        st = os.stat(path)
+        if (st.st_ino, st.st_size) == (mark.inode, mark.size):
+            return None, mark, False
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        if mark is None or st.st_ino != mark.inode or st.st_size < mark.end:
+            lines, new = _tail(f, st, size, most or size, until)
+            return lines, new, True
+        f.seek(mark.end)
+        lines, end = _complete(f.read(st.st_size - mark.end), cut=False)
+        return lines, Mark(st.st_ino, st.st_size, mark.end + end), False

@@ -1,6 +1,6 @@
 """Built-in plugin: the ``demo`` agent — the reference every plugin author reads.
 
-It implements every :class:`muxhost.Agent` method for real against ``muxhost-demo``
+It implements every :class:`~muxhost.api.Agent` method for real against ``muxhost-demo``
 (muxhost/demo_agent.py), whose storage has the same shapes real agents have: one file per
 conversation, child conversations that point at their parent, a shared history file with one line
 per prompt, and a live registry ``live/<pid>.json`` saying which conversation a process is in.
@@ -12,10 +12,14 @@ import json
 import sys
 from pathlib import Path
 
-import muxhost
-from muxhost import procs
-from muxhost.agent import Agent, AgentContext, Launch
-from muxhost.demo_agent import ASK, HELPER, ID_PATTERN, PROMPT, WORKING
+from muxhost.api import Agent, AgentContext, Launch, hookimpl, kit, same_process
+
+# what the program shows and is called (muxhost/demo_agent.py): a plugin knows its agent from outside
+ID_PATTERN = r"[0-9a-f]{32}"
+PROMPT = "demo> "
+WORKING = "demo: working"   # a line starting with this: at work
+ASK = "(y/n)"               # a line ending with this: waiting for the user's answer
+HELPER = "muxhost-demo-helper"  # argv[0] of its resident helper process (``-- --helper``)
 
 
 def _program() -> list[str]:
@@ -87,7 +91,7 @@ class DemoAgent(Agent):
             import psutil
 
             return psutil.pid_exists(pid)
-        return procs.same_process(pid, started)
+        return same_process(pid, started)
 
     # -- the Agent API -------------------------------------------------------------------------
     def launch(self, ctx: AgentContext) -> Launch:
@@ -154,22 +158,22 @@ class DemoAgent(Agent):
             if entry.get("conversation") == conversation_id and self._alive(entry):
                 p = table.get(entry["pid"])
                 holders.append(p.describe() if p else f"pid {entry['pid']} muxhost-demo")
-        return holders + [h for h in procs.argv_holders(conversation_id, table) if h not in holders]
+        return holders + [h for h in kit.holders.argv_holders(conversation_id, table) if h not in holders]
 
     def artifacts(self, ctx: AgentContext, conversation_id: str) -> list:
         # typed: the host checks each is there, prints the plan, removes them and reads the residual
-        from muxhost.artifacts import File, Lines
+        from muxhost.api import artifacts
 
-        stale = [File(e["_path"]) for e in self._live(ctx)
+        stale = [artifacts.File(e["_path"]) for e in self._live(ctx)
                  if e.get("conversation") == conversation_id and not self._alive(e)]
-        return [File(self._conv(ctx, conversation_id)),
-                Lines(self.root(ctx) / "history.jsonl", key="conversation", value=conversation_id),
+        return [artifacts.File(self._conv(ctx, conversation_id)),
+                artifacts.Lines(self.root(ctx) / "history.jsonl", key="conversation", value=conversation_id),
                 *stale]
 
     def roots(self, ctx: AgentContext) -> list[Path]:
         return [*super().roots(ctx), self.root(ctx)]  # MUXHOST_DEMO_HOME may be anywhere
 
 
-@muxhost.hookimpl
+@hookimpl
 def muxhost_register_agents(register):
     register(DemoAgent())

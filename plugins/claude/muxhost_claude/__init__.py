@@ -39,9 +39,8 @@ from typing import Any, Iterable
 
 import psutil
 
-import muxhost
-from muxhost.agent import UUID_PATTERN, AgentContext, Launch
-from muxhost.artifacts import Dir, File, JsonMember, Leftover, Lines, MkdirLock
+from muxhost.api import UUID_PATTERN, Agent, AgentContext, Launch, NotFound, artifacts, hookimpl, kit
+from muxhost_claude.activity import registry_activity, transcript_activity
 
 __all__ = ["ClaudeAgent", "project_folder_name", "java_string_hash", "registry_entry_live", "registry_activity",
            "transcript_activity", "muxhost_register_agents"]
@@ -210,66 +209,6 @@ def _json_refs(obj: Any, cid: str, path: tuple = ()) -> list[tuple]:
 
 
 # --------------------------------------------------------------------------------------------------
-# activity
-
-#: the registry's ``status`` (claude's own word, rewritten as its UI changes) -> muxhost's
-_STATUS = {"busy": "working", "waiting": "waiting", "idle": "idle", "shell": "idle"}  # shell: idle, a background shell runs
-_TAIL = 256 * 1024  # the bytes of a transcript's end that are read
-
-
-def registry_activity(entry: dict) -> str | None:
-    """What a live registry entry's ``status`` says: ``busy`` (a request, a tool or a sub-agent in
-    flight) is working; ``waiting`` is waiting, unless it is only a dialog the user opened (a slash
-    command's: claude asks nothing, ``waitingFor: "dialog open"``); ``idle`` and ``shell`` are idle."""
-    status = entry.get("status")
-    if status == "waiting" and entry.get("waitingFor") == "dialog open":
-        return "idle"
-    return _STATUS.get(status) if isinstance(status, str) else None
-
-
-def transcript_activity(path: Path) -> str | None:
-    """What the end of a transcript says (when the registry says nothing): the last complete line
-    of the conversation's own turn, read back from the end of the file (its last :data:`_TAIL` bytes;
-    a half-written last line is left out). A prompt or a tool result is an open turn (``working``),
-    so is an answer that calls a tool; an answer that stops otherwise, an interrupt or
-    ``turn_duration`` is ``idle``. Sub-agents' lines (``isSidechain``) and bookkeeping lines are
-    skipped: a sub-agent that ends never closes the parent's turn. Nothing decisive: None."""
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(size - _TAIL, 0))
-            data = f.read(_TAIL)
-    except OSError:
-        return None
-    lines = data.split(b"\n")[:-1]  # (the last piece has no newline yet: half-written, or empty)
-    if size > _TAIL and lines:
-        lines = lines[1:]  # (the first piece may be the end of a line)
-    for raw in reversed(lines):
-        try:
-            e = json.loads(raw)
-        except ValueError:
-            continue
-        if not isinstance(e, dict) or e.get("isSidechain"):
-            continue
-        kind, msg = e.get("type"), e.get("message") if isinstance(e.get("message"), dict) else {}
-        content = msg.get("content")
-        blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
-        if kind == "system" and e.get("subtype") == "turn_duration":
-            return "idle"
-        if kind == "assistant":
-            if msg.get("stop_reason") == "tool_use" or any(b.get("type") == "tool_use" for b in blocks):
-                return "working"
-            return "idle" if isinstance(msg.get("stop_reason"), str) or e.get("isApiErrorMessage") else None
-        if kind == "user":
-            text = content if isinstance(content, str) else next(
-                (b["text"] for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str)), "")
-            if text.startswith(("<command-name>", "<local-command-")):
-                continue  # a local slash command's lines (its output, the caveat): no turn
-            return "idle" if text.startswith("[Request interrupted by user") else "working"
-    return None
-
-
-# --------------------------------------------------------------------------------------------------
 # where things are, for one context
 
 class ClaudePaths:
@@ -338,7 +277,7 @@ class ClaudePaths:
 _ELSEWHERE: set[tuple[str, str]] = set()
 
 
-class ClaudeAgent(muxhost.Agent):
+class ClaudeAgent(Agent):
     """Claude Code."""
 
     name = "claude"
@@ -367,8 +306,6 @@ class ClaudeAgent(muxhost.Agent):
         return Launch([self.binary(ctx), "--session-id", cid, *args], conversation_id=cid)
 
     def resume(self, ctx: AgentContext, conversation_id: str) -> Launch:
-        from muxhost.errors import NotFound
-
         if not ctx.cwd or not os.path.isdir(ctx.cwd):
             raise NotFound(f"cannot resume claude conversation {conversation_id}: its cwd {ctx.cwd or '(unknown)'} no longer exists")
         paths = ClaudePaths(ctx)
@@ -430,8 +367,6 @@ class ClaudeAgent(muxhost.Agent):
     def in_use(self, ctx: AgentContext, conversation_id: str) -> list[str]:
         """A live registry file naming the id (an unreadable one of a live pid counts: fail closed), a process
         with ``CLAUDE_CODE_SESSION_ID=<id>`` (claude's tools, which outlive it), one whose argv names the id."""
-        from muxhost.kit import holders
-
         table = ctx.process_table()
 
         def describe(pid: int) -> str:
@@ -448,7 +383,7 @@ class ClaudeAgent(muxhost.Agent):
             pid = _int(f.stem)
             if pid and psutil.pid_exists(pid):
                 found.setdefault(pid, describe(pid) + f" (its registry {ctx.expand(f)} cannot be read)")
-        for line in holders.holders(ctx, conversation_id, env_vars=("CLAUDE_CODE_SESSION_ID",)):
+        for line in kit.holders.holders(ctx, conversation_id, env_vars=("CLAUDE_CODE_SESSION_ID",)):
             found.setdefault(_int(line.split()[1]) if line.startswith("pid ") else line, line)
         return list(found.values())
 
@@ -465,7 +400,7 @@ class ClaudeAgent(muxhost.Agent):
         out: list = []
 
         def named(p: Path) -> None:  # a file, symlink or folder named for the conversation
-            out.append(Dir(p) if p.is_dir() and not p.is_symlink() else File(p))
+            out.append(artifacts.Dir(p) if p.is_dir() and not p.is_symlink() else artifacts.File(p))
 
         # the transcript, its folder (sub-agents, tool results) and anything else named for it, in
         # every project folder that has them
@@ -487,27 +422,29 @@ class ClaudeAgent(muxhost.Agent):
                         named(child)
         latest = paths.config_dir / "debug" / "latest"  # a symlink to the newest debug log: it goes with it
         if latest.is_symlink() and _names_id(os.path.basename(os.readlink(latest)), cid):
-            out.append(File(latest))
+            out.append(artifacts.File(latest))
         # <tmp>/claude-<uid>/<folder>/<id>/ (background task and sub-agent outputs)
         names = list(dict.fromkeys([d.name for d in folders] + paths.cwd_folders()))
         for root in paths.tmp_roots():
-            out += [Dir(root / n / cid) for n in names] + [Dir(p) for p in sorted(root.glob(f"*/{cid}"))]
+            out += [artifacts.Dir(root / n / cid) for n in names]
+            out += [artifacts.Dir(p) for p in sorted(root.glob(f"*/{cid}"))]
         # stale registry files naming the id (a live one means in use: the host refuses before this)
-        out += [File(f) for f, e in paths.registry()
+        out += [artifacts.File(f) for f, e in paths.registry()
                 if e.get("sessionId") == cid and not registry_entry_live(e, _int(f.stem))]
         # the shared files, rewritten in place under claude's own lock (of the file's realpath)
         hist = paths.history
-        out.append(Lines(hist, key="sessionId", value=cid, lock=MkdirLock(os.path.realpath(hist) + ".lock")))
+        out.append(artifacts.Lines(hist, key="sessionId", value=cid,
+                                   lock=artifacts.MkdirLock(os.path.realpath(hist) + ".lock")))
         gc = paths.global_config
         doc, why = _read_json(gc)
         if why:
-            out.append(Leftover(gc, f"could not be read: {why}"))
-        lock = MkdirLock(os.path.realpath(gc) + ".lock")
+            out.append(artifacts.Leftover(gc, f"could not be read: {why}"))
+        lock = artifacts.MkdirLock(os.path.realpath(gc) + ".lock")
         for ref in _json_refs(doc, cid):
             if _last_session(ref):
-                out.append(JsonMember(gc, ref, equals=cid, lock=lock))
+                out.append(artifacts.JsonMember(gc, ref, equals=cid, lock=lock))
             else:  # another mention: reported, never guessed at
-                out.append(Leftover(gc, "".join(f"[{json.dumps(k)}]" for k in ref) + " names the conversation"))
+                out.append(artifacts.Leftover(gc, "".join(f"[{json.dumps(k)}]" for k in ref) + " names the conversation"))
         # backups/ is shared (claude's own copies of the global config): the same member goes from
         # each copy (claude writes them whole, without a lock); any other mention is said, never touched
         backups, copies = paths.config_dir / "backups", 0
@@ -517,7 +454,7 @@ class ClaudeAgent(muxhost.Agent):
                     continue
                 copy, why = _read_json(b) if b.name.startswith(".claude.json.backup") else (None, "")
                 refs = _json_refs(copy, cid) if not why else []
-                out += [JsonMember(b, ref, equals=cid) for ref in refs if _last_session(ref)]
+                out += [artifacts.JsonMember(b, ref, equals=cid) for ref in refs if _last_session(ref)]
                 copies += bool(why) or any(not _last_session(ref) for ref in refs) or not refs
         note = (f"kept {ctx.expand(backups)}/ (shared): {copies} old copies of the global config there still "
                 "name this conversation; claude keeps at most 5 and rotates them out")
@@ -564,15 +501,13 @@ def _without_conversation_options(args: list[str]) -> list[str]:
 
 
 def _transcript_cwd(path: Path) -> str | None:
-    from muxhost.kit import jsonl
-
     try:
-        lines = jsonl.matching_lines(path, lambda entry: isinstance(entry.get("cwd"), str))
+        lines = kit.jsonl.matching_lines(path, lambda entry: isinstance(entry.get("cwd"), str))
     except OSError:
         return None
     return json.loads(lines[0])["cwd"] if lines else None
 
 
-@muxhost.hookimpl
+@hookimpl
 def muxhost_register_agents(register):
     register(ClaudeAgent())

@@ -24,8 +24,9 @@ import re
 import time
 from pathlib import Path
 
-import muxhost
-from muxhost import Agent, AgentContext, Launch
+from muxhost.api import Agent, AgentContext, Launch, hookimpl, kit
+from muxhost_codex.activity import (APPROVAL_FOOTER, APPROVAL_WORDS, QUESTION_FOOTER, TURN_CLOSED, TURN_OPEN,
+                                    _turns, asks_user, last_turn, parse_ts_ms)  # noqa: F401  (the names it had)
 
 __version__ = "0.1.0"
 
@@ -44,6 +45,7 @@ ENV_VARS = ("CODEX_THREAD_ID", "CODEX_SESSION_ID")
 
 _help_cache: dict[tuple[str, float], str] = {}
 _config_cache: dict[str, tuple[tuple[int, int, int], dict]] = {}
+_rollout_paths: dict[str, Path] = {}  # thread id -> its rollout
 
 
 # -- where things are ---------------------------------------------------------------------------
@@ -112,7 +114,7 @@ def _help_text(binary: str, base_env: dict[str, str] | None = None) -> str:
     be on its PATH) but a CODEX_HOME that does not exist: then it writes nothing anywhere."""
     import subprocess
 
-    from muxhost.procs import RECORD_ENV
+    from muxhost.api import RECORD_ENV
 
     try:
         real = os.path.realpath(binary)
@@ -162,11 +164,9 @@ def _state_db(ctx: AgentContext, home: Path) -> Path:
 
 def _threads(ctx: AgentContext, home: Path, where: str = "", args: tuple = ()) -> list[dict]:
     """Rows of ``threads`` ([] when there is no state database, or none that can be read)."""
-    from muxhost.kit import sqlite
-
     try:
-        return [dict(r) for r in sqlite.rows(_state_db(ctx, home), f"select * from threads {where}", args)]
-    except sqlite.DatabaseError:
+        return [dict(r) for r in kit.sqlite.rows(_state_db(ctx, home), f"select * from threads {where}", args)]
+    except kit.sqlite.DatabaseError:
         return []
 
 
@@ -204,102 +204,19 @@ def _parent(d: dict) -> str | None:
     return parent if isinstance(parent, str) else None
 
 
-def _parse_ts_ms(value: object) -> int | None:
-    from datetime import datetime
-
-    try:  # (not a string: AttributeError)
-        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)  # type: ignore[union-attr]
-    except (AttributeError, ValueError):
-        return None
-
-
-# -- activity: the rollout's last turn event, and the screen --------------------------------------
-
-#: rollout ``event_msg`` types that open a turn, and that close one
-TURN_OPEN = ("task_started", "turn_started")
-TURN_CLOSED = ("task_complete", "turn_complete", "turn_aborted")
-_TURN_TYPES = tuple(f'"{t}"'.encode() for t in TURN_OPEN + TURN_CLOSED)
-#: the last line of the TUI's approval prompts (command, edits, permissions, MCP), and words one
-#: of them shows above it; the last line of its questions (``request_user_input``)
-APPROVAL_FOOTER = "Press enter to confirm or esc to cancel"
-APPROVAL_WORDS = ("Would you like to ", "needs your approval", "Yes, proceed (y)")
-QUESTION_FOOTER = re.compile(r"enter to submit (answer|all)")
-_TAIL = 1 << 16       # bytes read back from a rollout's end at first, looking for its last turn event
-_TAIL_MAX = 1 << 24   # and at most
-_turns: dict[str, tuple[tuple[int, int], int, tuple[bool, float] | None]] = {}  # path -> (inode, size), read to, turn
-_rollout_paths: dict[str, Path] = {}  # thread id -> its rollout
-
-
-def asks_user(screen: str) -> bool:
-    """True when the TUI's screen ends in an approval prompt or a question for the user."""
-    last = next((ln.strip() for ln in reversed(screen.splitlines()) if ln.strip()), "")
-    return bool(QUESTION_FOOTER.search(last)) or (APPROVAL_FOOTER in last and any(w in screen for w in APPROVAL_WORDS))
-
-
-def last_turn(path: Path) -> tuple[bool, float] | None:
-    """``(open, when)`` of the last turn event of a rollout: open after ``task_started``, closed
-    after ``task_complete`` / ``turn_aborted``; None when it has none or cannot be read. Cheap to
-    call every second: complete lines only (a line codex is still writing waits for the next call),
-    and only what was appended since the last call (the first time, back from the end until a
-    turn event, at most :data:`_TAIL_MAX` bytes)."""
-    key = str(path)
-    try:
-        st = os.stat(path)
-        ident, offset, turn = _turns.get(key, ((0, 0), 0, None))
-        if ident == (st.st_ino, st.st_size):
-            return turn
-        with open(path, "rb") as f:
-            if ident[0] != st.st_ino or st.st_size < offset:  # new to us, or rewritten
-                size = _TAIL
-                while True:
-                    start = max(0, st.st_size - size)
-                    f.seek(start)
-                    data = f.read(st.st_size - start)
-                    end = data.rfind(b"\n") + 1  # (the first line read may be cut: skipped)
-                    turn, offset = _turn_in(data[:end].split(b"\n")[1 if start else 0:]), start + end
-                    if turn is not None or start == 0 or size >= _TAIL_MAX:
-                        break
-                    size *= 4
-            else:
-                f.seek(offset)
-                data = f.read(st.st_size - offset)
-                end = data.rfind(b"\n") + 1
-                turn, offset = _turn_in(data[:end].split(b"\n")) or turn, offset + end
-    except OSError:
-        return None
-    _turns[key] = ((st.st_ino, st.st_size if offset == st.st_size else -1), offset, turn)
-    return turn
-
-
-def _turn_in(lines: list[bytes]) -> tuple[bool, float] | None:
-    for line in reversed(lines):
-        if b"event_msg" not in line or not any(t in line for t in _TURN_TYPES):
-            continue
-        try:
-            d = json.loads(line)
-            kind = d["payload"]["type"] if d.get("type") == "event_msg" else None
-        except (ValueError, TypeError, KeyError, AttributeError):
-            continue  # a line cut short, or not an event
-        if kind in TURN_OPEN or kind in TURN_CLOSED:
-            return kind in TURN_OPEN, (_parse_ts_ms(d.get("timestamp")) or 0) / 1000
-    return None
-
-
 def rollout_of(ctx: AgentContext, home: Path, tid: str) -> Path | None:
     """The live rollout of thread ``tid``: its ``threads.rollout_path`` (one primary-key lookup),
     else in the ``sessions/`` folders of the days its id (a UUIDv7) and today name; remembered once
     found. None before its first prompt."""
     from datetime import datetime, timezone
 
-    from muxhost.kit import sqlite
-
     path = _rollout_paths.get(tid)
     if path is not None and path.is_file():
         return path
     try:
-        found = [Path(r[0]) for r in sqlite.rows(_state_db(ctx, home), "select rollout_path from threads where id = ?",
-                                                  (tid,), timeout=0.2) if isinstance(r[0], str)]
-    except sqlite.DatabaseError:
+        found = [Path(r[0]) for r in kit.sqlite.rows(_state_db(ctx, home), "select rollout_path from threads where id = ?",
+                                                      (tid,), timeout=0.2) if isinstance(r[0], str)]
+    except kit.sqlite.DatabaseError:
         found = []
     if not (found and found[0].is_file()):
         try:
@@ -373,14 +290,12 @@ class CodexAgent(Agent):
         """{thread id: lock file ctime} for the writer locks and rollouts ``pids`` have open."""
         import psutil
 
-        from muxhost.kit import holders
-
         locks_dir = os.path.realpath(home / "thread-writer-locks")
         roll_dirs = [os.path.realpath(home / d) + "/" for d in ROLLOUT_DIRS]
         seen: dict[str, float] = {}
         for pid in pids:
             try:
-                paths = holders.open_paths(pid)
+                paths = kit.holders.open_paths(pid)
             except (psutil.Error, OSError):
                 continue
             for real in paths:  # the kernel's own, resolved path of each open file
@@ -398,12 +313,10 @@ class CodexAgent(Agent):
 
     def parent_of(self, ctx: AgentContext, home: Path, tid: str) -> str | None:
         """The thread that spawned ``tid`` (spawn edge, threads.source, or the rollout's session_meta)."""
-        from muxhost.kit import sqlite
-
         try:
-            edge = sqlite.rows(_state_db(ctx, home), "select parent_thread_id from thread_spawn_edges"
-                                                     " where child_thread_id = ?", (tid,))
-        except sqlite.DatabaseError:
+            edge = kit.sqlite.rows(_state_db(ctx, home), "select parent_thread_id from thread_spawn_edges"
+                                                         " where child_thread_id = ?", (tid,))
+        except kit.sqlite.DatabaseError:
             edge = []
         if edge and isinstance(edge[0][0], str):
             return edge[0][0]
@@ -445,7 +358,7 @@ class CodexAgent(Agent):
             except OSError:
                 continue
             meta = session_meta(path)
-            created = _parse_ts_ms(meta.get("timestamp"))
+            created = parse_ts_ms(meta.get("timestamp"))
             if meta.get("cwd") in cwds and not _parent(meta) and created is not None and created >= since_ms:
                 candidates.append((created, m.group(1)))
         for _, tid in sorted(candidates, reverse=True):
@@ -481,12 +394,10 @@ class CodexAgent(Agent):
 
     def _sub_agent_working(self, ctx: AgentContext, home: Path, tid: str) -> bool:
         """True when a sub-agent ``tid`` spawned (a spawn edge: one indexed query) has an open turn."""
-        from muxhost.kit import sqlite
-
         try:
-            kids = sqlite.rows(_state_db(ctx, home), "select child_thread_id from thread_spawn_edges"
-                                                     " where parent_thread_id = ?", (tid,), timeout=0.2)
-        except sqlite.DatabaseError:
+            kids = kit.sqlite.rows(_state_db(ctx, home), "select child_thread_id from thread_spawn_edges"
+                                                         " where parent_thread_id = ?", (tid,), timeout=0.2)
+        except kit.sqlite.DatabaseError:
             return False
         return any(self._open(last_turn(path), ctx) for (kid,) in kids
                    if isinstance(kid, str) and (path := rollout_of(ctx, home, kid)))
@@ -501,25 +412,23 @@ class CodexAgent(Agent):
         """The sub-agent (and attached) threads ``conversation_id`` started: spawn edges and
         ``threads.source``; without a state database it can read, the rollouts' ``session_meta``.
         A database that reads but cannot be queried raises: the host then refuses the purge."""
-        from muxhost.kit import sqlite
-
         home = codex_home(ctx)
         db = _state_db(ctx, home)
         try:
-            tables = sqlite.columns(db)
-        except sqlite.DatabaseError:
+            tables = kit.sqlite.columns(db)
+        except kit.sqlite.DatabaseError:
             tables = {}
         if not tables:
             return sorted({m.group(1) for path in rollouts(home) if (m := _ROLLOUT_RE.fullmatch(path.name))
                            and _parent(session_meta(path)) == conversation_id})
         kids = set()
         if "thread_spawn_edges" in tables:
-            kids |= {r[0] for r in sqlite.rows(db, "select child_thread_id from thread_spawn_edges"
-                                                   " where parent_thread_id = ?", (conversation_id,))}
+            kids |= {r[0] for r in kit.sqlite.rows(db, "select child_thread_id from thread_spawn_edges"
+                                                       " where parent_thread_id = ?", (conversation_id,))}
         if "threads" in tables:  # only sub-agent and attached threads name a parent
             attached = "attached_thread_parent_id" in tables["threads"]
             sql = "select * from threads where source like '{%'" + (" or attached_thread_parent_id = ?" if attached else "")
-            kids |= {r["id"] for r in sqlite.rows(db, sql, (conversation_id,) if attached else ())
+            kids |= {r["id"] for r in kit.sqlite.rows(db, sql, (conversation_id,) if attached else ())
                      if _parent(dict(r)) == conversation_id}
         return sorted(k for k in kids if isinstance(k, str))
 
@@ -527,12 +436,10 @@ class CodexAgent(Agent):
         """A process with the thread's writer lock locked or open (a lock file a killed codex left
         holds nothing), or its rollout open; one whose argv names the thread; one with the thread in
         ``CODEX_THREAD_ID``. A lock held by a process muxhost cannot see counts (fail closed)."""
-        from muxhost.kit import holders
-
         home = codex_home(ctx)
         lock = home / "thread-writer-locks" / f"{conversation_id}.lock"
-        return holders.holders(ctx, conversation_id, env_vars=ENV_VARS, files=[lock, *rollouts(home, conversation_id)],
-                               locks=[lock], names=self.process_names)
+        return kit.holders.holders(ctx, conversation_id, env_vars=ENV_VARS, files=[lock, *rollouts(home, conversation_id)],
+                                   locks=[lock], names=self.process_names)
 
     # -- the purge plan -------------------------------------------------------------------------
     def roots(self, ctx: AgentContext) -> list[Path]:
@@ -542,8 +449,7 @@ class CodexAgent(Agent):
     def _own_delete(self, ctx: AgentContext, home: Path, tid: str) -> list:
         """``codex delete --force ID`` while the thread is on disk. Not for a sub-agent whose parent is
         there too: codex deletes a thread's sub-agents with it, and would fail on one already gone."""
-        from muxhost.artifacts import Command
-        from muxhost.errors import MuxhostError
+        from muxhost.api import MuxhostError, artifacts
 
         if not self.exists(ctx, tid):
             return []  # nothing for it to find (a TUI killed before its first prompt): it would fail
@@ -554,36 +460,35 @@ class CodexAgent(Agent):
             binary = ctx.find_binary("codex", self.install_hint)
         except MuxhostError:  # the host notes it did not run; the rest of the plan removes it all
             binary = str(ctx.config.get("binary") or "codex")
-        return [Command([binary, "delete", "--force", *DAEMON_OFF, tid], env={"CODEX_HOME": str(home)})]
+        return [artifacts.Command([binary, "delete", "--force", *DAEMON_OFF, tid], env={"CODEX_HOME": str(home)})]
 
     def artifacts(self, ctx: AgentContext, conversation_id: str) -> list:
         """The thread's own delete, then what it leaves: every row of every codex database with a
         thread-id column naming it (read from the live schema; a database that cannot be read is a
         Leftover, never absent), its lines in ``history.jsonl`` and ``session_index.jsonl`` (the
         latter under codex's own lock), its rollouts, shell snapshots, capabilities and lock files."""
-        from muxhost.artifacts import Dir, File, FlockFile, Leftover, Lines, Rows
-        from muxhost.kit import sqlite
+        from muxhost.api import artifacts
 
         cid = conversation_id
         home = codex_home(ctx)
         out: list = self._own_delete(ctx, home, cid)
         for db in _databases(ctx, home):
             try:
-                tables = sqlite.columns(db)
-            except sqlite.DatabaseError as e:
-                out.append(Leftover(db, f"could not be read: {e.__cause__ or e}"))
+                tables = kit.sqlite.columns(db)
+            except kit.sqlite.DatabaseError as e:
+                out.append(artifacts.Leftover(db, f"could not be read: {e.__cause__ or e}"))
                 continue
-            out += [Rows(db, table, col, value=cid) for table, cols in tables.items() for col in cols
+            out += [artifacts.Rows(db, table, col, value=cid) for table, cols in tables.items() for col in cols
                     if col in ID_COLUMNS or (table, col) in EXTRA_ID_COLUMNS]
-        out += [Lines(home / "history.jsonl", key="session_id", value=cid),
-                Lines(home / "session_index.jsonl", key="id", value=cid,
-                      lock=FlockFile(home / "session_index.jsonl.lock"))]
+        out += [artifacts.Lines(home / "history.jsonl", key="session_id", value=cid),
+                artifacts.Lines(home / "session_index.jsonl", key="id", value=cid,
+                                lock=artifacts.FlockFile(home / "session_index.jsonl.lock"))]
         files = [*rollouts(home, cid), *sorted((home / "shell_snapshots").glob(f"{cid}.*")),
                  home / "tui-thread-reference-capabilities" / cid, home / "thread-writer-locks" / f"{cid}.lock"]
-        out += [Dir(p) if p.is_dir() and not p.is_symlink() else File(p) for p in files]
+        out += [artifacts.Dir(p) if p.is_dir() and not p.is_symlink() else artifacts.File(p) for p in files]
         return out
 
 
-@muxhost.hookimpl
+@hookimpl
 def muxhost_register_agents(register):
     register(CodexAgent())

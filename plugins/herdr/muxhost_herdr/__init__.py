@@ -8,7 +8,7 @@ calls a hook of this plugin imports this module) and, after a launch or resume o
 
 from __future__ import annotations
 
-import muxhost
+from muxhost.api import hookimpl
 
 _made: dict = {}  # socket path -> HerdrBackend: one ping per server and process
 
@@ -35,17 +35,17 @@ factory.client_env = ("HERDR_ENV", "HERDR_SOCKET_PATH", "HERDR_BIN_PATH", "HERDR
                       "HERDR_PANE_ID")
 
 
-@muxhost.hookimpl
+@hookimpl
 def muxhost_register_backends(register):
     register("herdr", factory)
 
 
-@muxhost.hookimpl
+@hookimpl
 def muxhost_agent_launched(record):
     """Show the record's conversation in its herdr pane (a metadata token and the pane title)."""
     if record.get("backend") != "herdr" or not record.get("pane") or not record.get("conversation_id"):
         return
-    from muxhost.errors import MuxhostError
+    from muxhost.api import MuxhostError
 
     try:
         factory(record.get("socket")).show_conversation(record["pane"], record["agent"], record["conversation_id"])

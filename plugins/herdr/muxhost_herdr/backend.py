@@ -8,8 +8,8 @@ protocol it does not speak; fields it does not know are ignored, ids are opaque 
 How muxhost's guarantees hold on herdr:
 
 - A herdr pane always starts the user's shell, with the herdr SERVER's environment. So the agent is
-  started the way it is on tmux, through muxhost's launcher (:mod:`muxhost.launcher`: argv, cwd and
-  the exact environment in a 0600 file, never on a command line): once the shell is ready, ONE line,
+  started the way it is on tmux, through muxhost's launcher (:func:`muxhost.api.launch_file`: argv,
+  cwd and the exact environment in a 0600 file, never on a command line): once the shell is ready, ONE line,
   `` exec <launcher> <file>``, is typed into it, and nothing else. The shell becomes the launcher,
   the launcher the agent: the agent IS the pane's process, with exactly the record's environment
   plus the variables herdr sets for the pane (:data:`PANE_ENV`). The launch is checked: the file
@@ -36,9 +36,8 @@ import socket
 import time
 from typing import Any, Mapping, Sequence
 
-from muxhost import launcher
-from muxhost.backends import AGENT_OPTION, RECORD_OPTION, Backend, PaneInfo
-from muxhost.errors import MuxhostError, NotFound, UsageError
+from muxhost.api import (AGENT_OPTION, LAUNCH_TIMEOUT, RECORD_OPTION, Backend, MuxhostError, NotFound, PaneInfo,
+                         UsageError, launch_file)
 
 PROTOCOLS = (20,)          # what this client speaks (herdr 0.8.2)
 SOURCE = "muxhost"         # the metadata source muxhost reports as
@@ -336,7 +335,7 @@ class HerdrBackend(Backend):
         """Start ``argv`` in the fresh pane: wait for its shell, type ``exec <launcher> <file>`` and
         Enter (the only input), check the launcher took its file and became the agent. Returns the
         pane's pid (the agent) and the agent's process name ("" when it ended already)."""
-        cmd = launcher.write(argv, cwd=cwd, env=env, inherit=PANE_ENV)
+        cmd = launch_file(argv, cwd=cwd, env=env, inherit=PANE_ENV)
         try:
             shell = self._wait_ready(pane_id)
             pid = shell.get("pid")
@@ -349,7 +348,7 @@ class HerdrBackend(Backend):
             raise
         if not taken:
             raise MuxhostError(f"herdr pane {pane_id}: its shell did not run muxhost's launcher "
-                               f"within {launcher.TAKE_TIMEOUT:g}s")
+                               f"within {LAUNCH_TIMEOUT:g}s")
         return pid, self._wait_agent(pane_id, pid, shell.get("argv"), cmd.argv)
 
     def _wait_ready(self, pane_id: str) -> dict[str, Any]:

@@ -27,19 +27,14 @@ import json
 import os
 import re
 import sqlite3
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import psutil
 
-import muxhost
-from muxhost import procs
-from muxhost.agent import Agent, AgentContext, Launch
-from muxhost.artifacts import Artifact, Command, Dir, File, Leftover, Lines, Rows
-from muxhost.errors import MuxhostError
-from muxhost.kit import holders, jsonl, sqlite
+from muxhost.api import Agent, AgentContext, Launch, MuxhostError, Proc, artifacts, hookimpl, kit
+from muxhost_opencode.activity import ACTIVITY_TIMEOUT, NEXT_STEP_MS, asks_user, turn_state  # noqa: F401
 
 __all__ = ["OpenCodeAgent", "asks_user", "muxhost_register_agents", "session_from_argv", "turn_state"]
 
@@ -63,24 +58,6 @@ LSP_SERVERS = (
 #: start-up and after each step); a tool's git runs under the tool's shell and stays work
 RESIDENT_CHILDREN = ("git", *LSP_SERVERS)
 
-#: seconds the activity hook's read waits for a lock (it runs every second)
-ACTIVITY_TIMEOUT = 0.2
-#: ms a step that ended with tool calls may go without a next message before its turn counts as over
-#: (opencode writes the next within milliseconds)
-NEXT_STEP_MS = 10_000
-#: the bottom lines of opencode's dialogs that wait for the user: a permission, its "Always allow"
-#: confirmation, a question
-_ASKING = (("Allow once", "Reject"), ("Confirm", "Cancel", "enter confirm"), ("enter submit", "esc dismiss"))
-#: a tool error that ends the turn: a permission rejected, a question dismissed
-_STOPPED_RE = re.compile(r"rejected permission|dismissed this question")
-_LAST_MESSAGE = (  # the session's creation; its last message's id, creation, role, completed, finish, error
-    "select s.time_created, m.id, m.time_created, json_extract(m.data, '$.role'),"
-    " json_extract(m.data, '$.time.completed'), json_extract(m.data, '$.finish'),"
-    " json_type(m.data, '$.error') from session s left join message m on m.id = ("
-    "select id from message where session_id = s.id order by time_created desc, id desc limit 1) where s.id = ?")
-_TOOL_PARTS = ("select json_extract(data, '$.tool'), json_extract(data, '$.state.status'),"
-               " substr(json_extract(data, '$.state.error'), 1, 200) from part"
-               " where message_id = ? and json_extract(data, '$.type') = 'tool'")
 
 
 @dataclass
@@ -122,17 +99,17 @@ class OpenCodeAgent(Agent):
         db, worktrees = self.db_path(ctx), self._query(ctx, "select worktree from project where vcs is not null")
         return super().roots(ctx) + ([db] if db else []) + [Path(w[0]) / ".opencode" / "plans" for w in worktrees if w[0]]
 
-    def _read(self, ctx: AgentContext, work: Callable[[sqlite.Reader], Any], empty: Any) -> Any:
+    def _read(self, ctx: AgentContext, work: Callable[[kit.sqlite.Reader], Any], empty: Any) -> Any:
         """``work`` on a read-only connection (``empty`` when there is no database); raises
         :class:`~muxhost.kit.sqlite.DatabaseError` when it cannot be read."""
         db = self.db_path(ctx)
         if db is None or not db.is_file():
             return empty
-        con = sqlite.connect_ro(db)
+        con = kit.sqlite.connect_ro(db)
         try:
-            return work(sqlite.Reader(con))
+            return work(kit.sqlite.Reader(con))
         except sqlite3.Error as e:
-            raise sqlite.DatabaseError(db, f"cannot read {db}: {e}") from e
+            raise kit.sqlite.DatabaseError(db, f"cannot read {db}: {e}") from e
         finally:
             con.close()
 
@@ -140,7 +117,7 @@ class OpenCodeAgent(Agent):
         """Rows of one query; [] when the database is missing or cannot be read (discover, roots)."""
         try:
             return self._read(ctx, lambda r: r.rows(sql, tuple(params)), [])
-        except sqlite.DatabaseError:
+        except kit.sqlite.DatabaseError:
             return []
 
     # -- the Agent API -------------------------------------------------------------------------
@@ -203,7 +180,7 @@ class OpenCodeAgent(Agent):
         if unknown and db is not None:
             mine = set(ctx.pids)
             files = [db, Path(f"{db}-wal"), Path(f"{db}-shm")]
-            if not holders.holders(ctx, [], argv=False, files=files, locks=files, exclude=lambda p: p.pid in mine):
+            if not kit.holders.holders(ctx, [], argv=False, files=files, locks=files, exclude=lambda p: p.pid in mine):
                 return unknown[0]
         return None
 
@@ -251,7 +228,7 @@ class OpenCodeAgent(Agent):
         for pid in pids:
             try:
                 ps = psutil.Process(pid)
-                proc = procs.Proc(pid, 0, 0.0, ps.name(), tuple(ps.cmdline()))
+                proc = Proc(pid, 0, 0.0, ps.name(), tuple(ps.cmdline()))
             except (psutil.Error, OSError):
                 continue
             if proc.matches_name(self.process_names):
@@ -278,7 +255,7 @@ class OpenCodeAgent(Agent):
         if sid is None or db is None or not db.is_file():
             return None
         try:
-            con = sqlite.connect_ro(db, timeout=ACTIVITY_TIMEOUT)
+            con = kit.sqlite.connect_ro(db, timeout=ACTIVITY_TIMEOUT)
         except (OSError, sqlite3.Error, MuxhostError):
             return None
         try:
@@ -294,7 +271,7 @@ class OpenCodeAgent(Agent):
         be read counts when it is ours or an opencode (fail closed)."""
         db = self.db_path(ctx)
         files = [db, Path(f"{db}-wal"), Path(f"{db}-shm")] if db is not None else []
-        return holders.holders(ctx, conversation_id, files=files, locks=files, names=self.process_names,
+        return kit.holders.holders(ctx, conversation_id, files=files, locks=files, names=self.process_names,
                                exclude=_idle_server)
 
     def children(self, ctx: AgentContext, conversation_id: str) -> list[str]:
@@ -305,36 +282,36 @@ class OpenCodeAgent(Agent):
         kids.update(r[0] for r in self._query(ctx, "select id from session where parent_id = ?", (conversation_id,)))
         return sorted(k for k in kids if self.valid_id(k))
 
-    def artifacts(self, ctx: AgentContext, conversation_id: str) -> list[Artifact]:
+    def artifacts(self, ctx: AgentContext, conversation_id: str) -> list[artifacts.Artifact]:
         """Everywhere the session may have bytes (see the module's docstring); the host keeps what is there."""
         sid, data, db = conversation_id, self.data_dir(ctx), self.db_path(ctx)
-        out: list[Artifact] = []
+        out: list[artifacts.Artifact] = []
         try:
             facts = self._read(ctx, lambda r: _facts(r, sid), None)
-        except sqlite.DatabaseError as e:
+        except kit.sqlite.DatabaseError as e:
             facts = None
-            out.append(Leftover(db, f"could not be read: {e}"))
+            out.append(artifacts.Leftover(db, f"could not be read: {e}"))
         if facts is not None and db is not None:
             if facts.session and facts.session[3]:  # no parent row: opencode's delete (children too)
                 out += self._delete(ctx, db, sid)
-            out += [Rows(db, t, "session_id", sid) for t, cols in facts.tables.items()
+            out += [artifacts.Rows(db, t, "session_id", sid) for t, cols in facts.tables.items()
                     if t != "session" and "session_id" in cols]
-            out += [Rows(db, t, "aggregate_id", sid) for t in _AGGREGATE_TABLES
+            out += [artifacts.Rows(db, t, "aggregate_id", sid) for t in _AGGREGATE_TABLES
                     if "aggregate_id" in facts.tables.get(t, ())]
             if facts.messages:
-                out.append(Rows(db, "part", "message_id", values=facts.messages))
-            out.append(Rows(db, "session", "id", sid))
+                out.append(artifacts.Rows(db, "part", "message_id", values=facts.messages))
+            out.append(artifacts.Rows(db, "session", "id", sid))
             if facts.prompts:
-                out.append(Lines(self.history_path(ctx), key="input", values=facts.prompts))
+                out.append(artifacts.Lines(self.history_path(ctx), key="input", values=facts.prompts))
             if facts.session:
                 created, slug, worktree, _top = facts.session
                 name = f"{created}-{slug}.md"
-                out.append(File(data / "plans" / name))
+                out.append(artifacts.File(data / "plans" / name))
                 if worktree and (Path(worktree) / ".opencode" / "plans" / name).is_file():
-                    out.append(File(Path(worktree) / ".opencode" / "plans" / name))
+                    out.append(artifacts.File(Path(worktree) / ".opencode" / "plans" / name))
         return out + _storage(data / "storage", sid) + self._logs(ctx, data / "log", sid)
 
-    def _delete(self, ctx: AgentContext, db: Path, sid: str) -> list[Artifact]:
+    def _delete(self, ctx: AgentContext, db: Path, sid: str) -> list[artifacts.Artifact]:
         """``opencode session delete ID``, on the very database read here (whatever XDG says)."""
         try:
             binary = ctx.find_binary("opencode", self.install_hint)
@@ -343,21 +320,22 @@ class OpenCodeAgent(Agent):
             if note not in ctx.notes:
                 ctx.notes.append(note)
             return []
-        return [Command([binary, "session", "delete", sid], env={"OPENCODE_DB": str(db)}, timeout=DELETE_TIMEOUT)]
+        return [artifacts.Command([binary, "session", "delete", sid], env={"OPENCODE_DB": str(db)},
+                                  timeout=DELETE_TIMEOUT)]
 
-    def _logs(self, ctx: AgentContext, logs: Path, sid: str) -> list[Artifact]:
-        out: list[Artifact] = []
+    def _logs(self, ctx: AgentContext, logs: Path, sid: str) -> list[artifacts.Artifact]:
+        out: list[artifacts.Artifact] = []
         for log in sorted(logs.glob("*.log")) if logs.is_dir() else ():
-            scan = holders.with_open(ctx.process_table(), [log], self.process_names)
+            scan = kit.holders.with_open(ctx.process_table(), [log], self.process_names)
             if not (scan.found or scan.unreadable):
-                out.append(Lines(log, contains=sid))
+                out.append(artifacts.Lines(log, contains=sid))
                 continue
             try:
-                named = jsonl.count_lines(log, jsonl.contains(sid)) > 0
+                named = kit.jsonl.count_lines(log, kit.jsonl.contains(sid)) > 0
             except OSError:
                 named = True
             if named:
-                out.append(Leftover(log, "lines naming the session, left: a running process has the log open"))
+                out.append(artifacts.Leftover(log, "lines naming the session, left: a running process has the log open"))
         return out
 
 
@@ -368,7 +346,7 @@ def _folder(ctx: AgentContext) -> tuple[list[str], str]:
     return dirs, f"parent_id is null and directory in ({','.join('?' * len(dirs))})"
 
 
-def _idle_server(p: procs.Proc) -> bool:
+def _idle_server(p: Proc) -> bool:
     """``opencode serve …`` with no client connected: it keeps the database open without holding a
     conversation (an ``opencode attach`` TUI or a ``run --attach`` is a client)."""
     args = list(p.cmdline[1:])
@@ -376,53 +354,10 @@ def _idle_server(p: procs.Proc) -> bool:
         args = args[1:]
     words = [a for a in args if not a.startswith("-")]
     return bool(words) and words[0] == "serve" and p.matches_name(OpenCodeAgent.process_names) \
-        and holders.server_clients(p.pid) is None
+        and kit.holders.server_clients(p.pid) is None
 
 
-def asks_user(screen: str) -> bool:
-    """True when the last three lines with text (box borders aside) of an opencode screen are a
-    dialog's that waits for the user: ``Allow once   Allow always   Reject`` (a permission; then
-    ``Confirm   Cancel`` … ``enter confirm`` for "Always allow") or ``↑↓ select  enter submit  esc
-    dismiss`` (a question). A narrow pane wraps the footer onto its own line: still the last three."""
-    bottom = "\n".join([text for text in (ln.strip(" \t┃│") for ln in screen.splitlines()) if text][-3:])
-    return any(all(w in bottom for w in words) for words in _ASKING)
-
-
-def turn_state(con: sqlite3.Connection, sid: str, since_ms: int = 0, now_ms: int | None = None) -> str | None:
-    """What session ``sid``'s last message says (``since_ms``: the agent's launch, epoch ms): from
-    before ``since_ms`` (a killed opencode leaves its turn open): ``idle``; a prompt, or none yet in
-    a new session: ``working``; an assistant's not completed (a reply streams, a tool or a sub-agent
-    runs: the parent's stays open until its ``task`` ends): ``working``, ``waiting`` while its
-    ``question`` tool runs; completed with an error (interrupted): ``idle``; with finish
-    ``tool-calls``/``unknown``/none (opencode's loop goes on): ``working``, unless a tool of it was
-    rejected or dismissed or ``NEXT_STEP_MS`` passed; any other finish: ``idle``. None for no such
-    session or an unknown role. Raises :class:`sqlite3.Error`."""
-    row = con.execute(_LAST_MESSAGE, (sid,)).fetchone()
-    if row is None:
-        return None
-    created, mid, m_created, role, completed, finish, error = tuple(row)
-    if mid is None:
-        return "working" if (created or 0) >= since_ms else "idle"
-    if (m_created or 0) < since_ms:
-        return "idle"
-    if role == "user":
-        return "working"
-    if role != "assistant":
-        return None
-    if error not in (None, "null"):
-        return "idle"
-    if completed is None or finish in (None, "tool-calls", "unknown"):
-        tools = con.execute(_TOOL_PARTS, (mid,)).fetchall()
-        if completed is None:
-            return "waiting" if any(t[0] == "question" and t[1] == "running" for t in tools) else "working"
-        if any(t[1] == "error" and _STOPPED_RE.search(t[2] or "") for t in tools):
-            return "idle"
-        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        return "working" if now_ms - completed < NEXT_STEP_MS else "idle"
-    return "idle"
-
-
-def _facts(r: sqlite.Reader, sid: str) -> _Facts:
+def _facts(r: kit.sqlite.Reader, sid: str) -> _Facts:
     tables = r.columns()
     part, message = set(tables.get("part", ())), set(tables.get("message", ()))
     row = r.rows("select s.time_created, s.slug, case when p.vcs is not null then p.worktree end,"
@@ -442,16 +377,16 @@ def _facts(r: sqlite.Reader, sid: str) -> _Facts:
     return _Facts(tables, tuple(row[0]) if row else None, foreign, frozenset(mine - others))
 
 
-def _storage(storage: Path, sid: str) -> list[Artifact]:
+def _storage(storage: Path, sid: str) -> list[artifacts.Artifact]:
     """The session's JSON storage: ``session_diff/<id>.json``, older versions' ``*/<id>.json`` and
     ``message/<id>/``, whose message ids name their ``part/<message id>/`` folders."""
-    out: list[Artifact] = []
+    out: list[artifacts.Artifact] = []
     # storage/part/<message id>/<part id>.json never names a session: not walked, found below
     for path in _walk_names(storage, {sid, f"{sid}.json"}, depth=3, skip={storage / "part"}):
         folder = path.is_dir() and not path.is_symlink()
-        out.append(Dir(path) if folder else File(path))
+        out.append(artifacts.Dir(path) if folder else artifacts.File(path))
         if folder and path.parent.name == "message":
-            out += [Dir(storage / "part" / m.stem) for m in path.glob("*.json") if _NAME_RE.fullmatch(m.stem)]
+            out += [artifacts.Dir(storage / "part" / m.stem) for m in path.glob("*.json") if _NAME_RE.fullmatch(m.stem)]
     return out
 
 
@@ -544,6 +479,6 @@ def _user_text(message_data: str, part_data: str) -> str | None:
     return part["text"]
 
 
-@muxhost.hookimpl
+@hookimpl
 def muxhost_register_agents(register) -> None:
     register(OpenCodeAgent())
