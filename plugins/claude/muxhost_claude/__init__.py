@@ -347,6 +347,8 @@ class ClaudeAgent(muxhost.Agent):
     resident_children = ()
     activity_reads_screen = False  # (the registry's status says "waiting" when the screen asks)
     exit_text = "/exit"
+    # /exit to gone: 0.06-1.3 s measured, the machine busy (docs/stop.md), never quiet meanwhile
+    exit_grace, exit_still = 5.0, 1.0
     id_pattern = UUID_PATTERN
 
     def binary(self, ctx: AgentContext) -> str:
