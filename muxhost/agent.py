@@ -201,6 +201,14 @@ class Agent:
     exit_text: str | None = "/exit"
     #: seconds between typing ``exit_text`` and pressing Enter
     exit_pause: float = 0.5
+    #: seconds the stop ladder waits for the agent to leave after its exit text, at most (the
+    #: longest exit measured, with room for a busy machine); None: ``stop.exit_grace``
+    exit_grace: float | None = None
+    #: seconds of stillness after the exit text (its screen changed, then no output, no CPU, no
+    #: process running) after which the ladder judges the text was not taken and goes on at once;
+    #: None: never judged so (its whole exit grace). An agent that keeps quiet while it leaves
+    #: (waiting on the network, say) needs None or more than it keeps quiet
+    exit_still: float | None = 0.5
     #: a conversation id must fullmatch this before it is used anywhere
     id_pattern: str = UUID_PATTERN
     #: how to install the agent's program, shown when it is not found (``npm install -g …``)

@@ -29,6 +29,7 @@ AGENT_KEYS = {
     "resume": _STRLIST,       # argv with {conversation_id}
     "exit_text": _OPT_STR,    # typed by the stop ladder; null = no graceful exit
     "exit_pause": _NUM,       # seconds between the exit text and Enter (before stop.exit_pause)
+    "exit_grace": _NUM,       # seconds to wait for it to leave after the exit text (before stop.exit_grace)
     "process_names": _STRLIST,
     "env": _STRMAP,
     "id_pattern": _STR,
@@ -63,7 +64,7 @@ def seconds_ok(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value <= MAX_SECONDS
 
 
-DEFAULTS = {"exit_grace": 5.0, "term_grace": 2.0, "hup_grace": 1.0, "exit_pause": 0.5}
+DEFAULTS = {"exit_grace": 5.0, "term_grace": 1.0, "hup_grace": 0.5, "exit_pause": 0.5}
 WATCH_DEFAULTS: dict[str, Any] = {"interval": 1.0, "stall_after": 600.0, "sleep_after": None, "alert": True}
 
 

@@ -93,15 +93,23 @@ class Core:
         return self.config.stop(key)
 
     def exit_pause(self, agent: Agent | None) -> float:
-        """Seconds between the exit text and Enter: the agent's config entry, then ``stop:``, then
-        the plugin's own default."""
+        """Seconds between the exit text and Enter (:meth:`agent_stop_setting`)."""
+        return self.agent_stop_setting(agent, "exit_pause")
+
+    def exit_grace(self, agent: Agent | None) -> float:
+        """Seconds the ladder waits for the agent to leave after its exit text (:meth:`agent_stop_setting`)."""
+        return self.agent_stop_setting(agent, "exit_grace")
+
+    def agent_stop_setting(self, agent: Agent | None, key: str) -> float:
+        """A ``stop:`` setting for one agent: its config entry (``agents.NAME.KEY``), then
+        ``stop.KEY``, then the plugin's own default (the agent's attribute), then muxhost's."""
         entry = self.config.agent(agent.name) if agent is not None else {}
-        if entry.get("exit_pause") is not None:
-            return float(entry["exit_pause"])
-        if (self.config.data.get("stop") or {}).get("exit_pause") is not None:
-            return self.stop_setting("exit_pause")
-        default = getattr(agent, "exit_pause", None)
-        return float(default) if default is not None else self.stop_setting("exit_pause")
+        if entry.get(key) is not None:
+            return float(entry[key])
+        if (self.config.data.get("stop") or {}).get(key) is not None:
+            return self.stop_setting(key)
+        default = getattr(agent, key, None)
+        return float(default) if default is not None else self.stop_setting(key)
 
     def context(self, rec: Record, pids: Iterable[int] = (), claimed: Iterable[str] = (),
                 table: "procs.ProcessTable | None" = None) -> AgentContext:

@@ -110,6 +110,9 @@ class Host:
     def exit_pause(self, agent: Agent | None) -> float:
         return self.core.exit_pause(agent)
 
+    def exit_grace(self, agent: Agent | None) -> float:
+        return self.core.exit_grace(agent)
+
     def context(self, rec: Record, pids: Iterable[int] = (), claimed: Iterable[str] = (), table=None) -> AgentContext:
         return self.core.context(rec, pids, claimed, table)
 

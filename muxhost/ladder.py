@@ -16,6 +16,7 @@ from muxhost import procs
 from muxhost.agent import Agent
 from muxhost.backends import Backend, PaneInfo
 from muxhost.errors import MuxhostError
+from muxhost.exitwatch import ExitWatch
 from muxhost.state import Live, Located, View, foreign_now, left_alone, woken
 from muxhost.store import Record
 
@@ -230,7 +231,6 @@ class Ladder:
     def _steps(self, targets: list["_Target"], grace: float | None) -> None:
         """:meth:`_ladder`'s five steps."""
         t0 = time.monotonic()
-        exit_grace = self.stop_setting("exit_grace") if grace is None else grace
 
         def done(t: _Target, outcome: str) -> None:
             t.outcome, t.seconds = outcome, round(time.monotonic() - t0, 3)
@@ -252,8 +252,12 @@ class Ladder:
                 elif not procs.alive(t.victims):
                     done(t, "exit")  # it had already ended: clean up without typing a key
         typed_at = time.monotonic()
+        # (an explicit --grace is waited in full; else an agent that shows it did not take its exit
+        # text is given up on sooner: exitwatch)
+        watch = ExitWatch(typed, lambda t: getattr(t.agent, "exit_still", None) if grace is None else None)
         for pause in sorted({t.pause for t in typed}):
             time.sleep(max(0.0, typed_at + pause - time.monotonic()))
+            watch.before_enter([t for t in typed if t.pause == pause])
             with self._batched(typed):
                 for t in typed:
                     if t.pause == pause and procs.same_process(*t.agent_proc.key):
@@ -261,8 +265,10 @@ class Ladder:
                             t.backend.send_keys(t.pane_id, "enter")
                         except MuxhostError:
                             pass
-        # 2. wait for every process of each agent to end
-        for t in self._wait_gone(typed, lambda t: t.victims, exit_grace, grow=True):
+        # 2. wait for every process of each agent to end, up to its exit grace (--grace, else the
+        # agent's own: Host.exit_grace), or until it shows it did not take the exit text
+        graces = {id(t): self.core.exit_grace(t.agent) if grace is None else grace for t in typed}
+        for t in self._wait_gone(typed, lambda t: t.victims, lambda t: graces[id(t)], grow=True, watch=watch):
             done(t, "exit")
         table = procs.ProcessTable.snapshot()
         for t in targets:
@@ -349,26 +355,34 @@ class Ladder:
         return stack
 
     @staticmethod
-    def _wait_gone(targets: list["_Target"], keys: Callable[["_Target"], dict], timeout: float,
-                   interval: float = 0.05, grow: bool = False) -> list["_Target"]:
-        """Wait up to ``timeout`` for every process of each target to end (one poll for all);
-        return the targets that ended, as they end. With ``grow``, every :data:`GROW_EVERY`
-        seconds a new look adds what each target's processes started meanwhile (:func:`_grow`)."""
+    def _wait_gone(targets: list["_Target"], keys: Callable[["_Target"], dict],
+                   timeout: float | Callable[["_Target"], float], interval: float = 0.05, grow: bool = False,
+                   watch: ExitWatch | None = None) -> list["_Target"]:
+        """Wait up to ``timeout`` (or ``timeout(target)`` for each) for every process of each
+        target to end (one poll for all); return the targets that ended, as they end. With
+        ``grow``, every :data:`GROW_EVERY` seconds a new look adds what each target's processes
+        started meanwhile (:func:`_grow`). With ``watch`` (step 2), a target it finds
+        :meth:`~muxhost.exitwatch.ExitWatch.refused` is waited for no more."""
         ended: list[_Target] = []
         waiting = list(targets)
-        deadline = time.monotonic() + timeout
-        grown = time.monotonic()
+        start = time.monotonic()
+        limit = timeout if callable(timeout) else (lambda t: timeout)
+        grown = start
         while waiting:
             if grow and time.monotonic() - grown >= GROW_EVERY:
                 table = procs.ProcessTable.snapshot()
                 for t in waiting:
                     _grow(t, table, marked=False)  # (trees only: no environment scan each time)
                 grown = time.monotonic()
+            if watch is not None:
+                watch.look(waiting)
             for t in list(waiting):
                 if not procs.alive(keys(t)):
                     waiting.remove(t)
                     ended.append(t)
-            if not waiting or time.monotonic() >= deadline:
+                elif time.monotonic() - start >= limit(t) or (watch is not None and watch.refused(t)):
+                    waiting.remove(t)
+            if not waiting:
                 break
             time.sleep(interval)
         return ended

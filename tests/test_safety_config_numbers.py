@@ -18,6 +18,7 @@ KEYS = {  # dotted key -> the YAML that sets it to {v}, and its line
     "watch.stall_after": ("watch:\n  stall_after: {v}\n", 2),
     "watch.sleep_after": ("watch:\n  sleep_after: {v}\n", 2),
     "agents.mine.exit_pause": ("agents:\n  mine:\n    command: [a]\n    exit_pause: {v}\n", 4),
+    "agents.mine.exit_grace": ("agents:\n  mine:\n    command: [a]\n    exit_grace: {v}\n", 4),
 }
 
 

@@ -246,6 +246,9 @@ class CodexAgent(Agent):
     #: the native binary under the node wrapper is the agent itself, not work it runs
     resident_children = ("codex",)
     exit_pause = 0.5  # codex takes text followed at once by Enter as a paste
+    # /exit to gone: 0.12-0.14 s measured under load 5-6, 0.3-0.5 s under load 21 (docs/stop.md);
+    # quiet for 0.03 s at most
+    exit_grace, exit_still = 3.0, 1.0
     id_pattern = _UUID
 
     # -- launch / resume ----------------------------------------------------------------------
