@@ -11,9 +11,10 @@ The host combines two kinds of evidence, the same way for every agent:
   that matches the agent's ``resident_children`` (a language server, an MCP server) is part of the
   agent: its CPU is not work. A tool running under a resident child is work.
 
-:func:`judge` is the rule. The watch (:mod:`muxhost.watching`) applies it once per pass with what it
-remembers between passes; without a watch, :meth:`ActivityOps.activities` applies it to one look
-(``ls``, ``show``), honestly: see its docstring.
+:func:`judge` is the rule, the one for ``ls``, ``show``, ``wait`` and the watch. A pass
+(:mod:`muxhost.passes`: the watch's, ``wait``'s) applies it with what it remembers between passes;
+without a watch, :meth:`ActivityOps.activities` applies it to one look (``ls``, ``show``),
+honestly: see its docstring.
 """
 
 from __future__ import annotations
@@ -190,20 +191,7 @@ class ActivityOps:
                 todo.append(lv)
         if not todo:
             return
-        answers = {id(lv): ask_plugin(self.core, a, lv, None, view.table) if (a := self.core.registry.agents.get(lv.rec.agent))
-                   else None for lv in todo}
-        # an answer of "working" (or none) from a plugin that reads screens may hide a question on
-        # the screen (an approval prompt writes nothing to disk): ask those again with their
-        # screens, one round trip per server
-        again = [lv for lv in todo if answers[id(lv)] in (None, "working")
-                 and needs_screen(self.core.registry.agents.get(lv.rec.agent))]
-        for backend in {id(b): b for b in (self.core.backend_of(lv.rec) for lv in again)}.values():
-            mine = [lv for lv in again if self.core.backend_of(lv.rec) is backend]
-            screens = backend.screens([lv.pane.pane_id for lv in mine])
-            for lv in mine:
-                if lv.pane.pane_id in screens:
-                    answers[id(lv)] = ask_plugin(self.core, self.core.registry.agents[lv.rec.agent], lv,
-                                                 screens[lv.pane.pane_id], view.table)
+        answers = self._answers(todo, view.table)
         looks = []
         for lv in todo:
             agent = self.core.registry.agents.get(lv.rec.agent)
@@ -211,20 +199,44 @@ class ActivityOps:
             ev = Evidence(answers[id(lv)], progress=None if out is None else min(out + 1, now))
             _, tools = split_tree(agent, lv.tree)
             silent = None if ev.progress is None else now - ev.progress
-            sample = ((ev.plugin == "idle" and tools) or (ev.plugin == "working" and silent is not None and silent >= stall_after)
+            sample = ((ev.plugin == "idle" and tools)
+                      or (ev.plugin == "working" and silent is not None and silent >= stall_after)
                       or (ev.plugin is None and not (silent is not None and silent < RECENT)))
-            own = [p for p in lv.tree[:1]] + tools
-            looks.append((lv, ev, own if sample else [], {p.key for p in tools}))
-        keys = {p.key for _, _, own, _ in looks for p in own}
-        if keys:
-            t0, before = time.monotonic(), _cpu(keys)
-            time.sleep(SAMPLE)
-            after, dt = _cpu(keys), time.monotonic() - t0
-            for lv, ev, own, tool_keys in looks:
-                used = {k: after[k] - before[k] for k in (p.key for p in own) if k in before and k in after}
-                ev.busy = sum(used.values()) >= CPU_BUSY * dt
-                ev.tool_busy = sum(v for k, v in used.items() if k in tool_keys) >= CPU_BUSY * dt
-        for lv, ev, _, _ in looks:
+            looks.append((ev, [*lv.tree[:1], *tools] if sample else [], {p.key for p in tools}))
+        _sample_cpu(looks)
+        for lv, (ev, _, _) in zip(todo, looks):
             lv.activity = judge(ev, now, stall_after)
             lv.activity_since = first_since(lv.activity, lv.pane.last_output, ev.progress, stall_after, now,
                                             lv.rec.launched_at)
+
+    def _answers(self, todo: list, table: procs.ProcessTable) -> dict[int, str | None]:
+        """Each record's plugin answer (by ``id`` of its Live) from one look: what the plugin reads
+        itself, then — an answer of "working" (or none) from a plugin that reads screens may hide a
+        question on the screen (an approval prompt writes nothing to disk) — with its screen, one
+        capture round trip per server."""
+        agents = self.core.registry.agents
+        answers = {id(lv): ask_plugin(self.core, a, lv, None, table) if (a := agents.get(lv.rec.agent)) else None
+                   for lv in todo}
+        again = [lv for lv in todo if answers[id(lv)] in (None, "working") and needs_screen(agents.get(lv.rec.agent))]
+        for backend in {id(b): b for b in (self.core.backend_of(lv.rec) for lv in again)}.values():
+            mine = [lv for lv in again if self.core.backend_of(lv.rec) is backend]
+            screens = backend.screens([lv.pane.pane_id for lv in mine])
+            for lv in mine:
+                if lv.pane.pane_id in screens:
+                    answers[id(lv)] = ask_plugin(self.core, agents[lv.rec.agent], lv, screens[lv.pane.pane_id], table)
+        return answers
+
+
+def _sample_cpu(looks: list[tuple[Evidence, list[procs.Proc], set[tuple[int, float]]]]) -> None:
+    """One short CPU sample (:data:`SAMPLE`) shared by every look that needs one: sets each one's
+    ``busy`` (its processes used CPU) and ``tool_busy`` (those of ``tool keys`` did)."""
+    keys = {p.key for _, own, _ in looks for p in own}
+    if not keys:
+        return
+    t0, before = time.monotonic(), _cpu(keys)
+    time.sleep(SAMPLE)
+    after, dt = _cpu(keys), time.monotonic() - t0
+    for ev, own, tool_keys in looks:
+        used = {k: after[k] - before[k] for k in (p.key for p in own) if k in before and k in after}
+        ev.busy = sum(used.values()) >= CPU_BUSY * dt
+        ev.tool_busy = sum(v for k, v in used.items() if k in tool_keys) >= CPU_BUSY * dt

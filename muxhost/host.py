@@ -251,17 +251,19 @@ class Host:
         if until not in UNTIL:
             raise UsageError(f"--until {until!r}: expected one of {', '.join(UNTIL)}")
         deadline = None if timeout is None else time.monotonic() + timeout
-        from muxhost.watching import Watch
+        from muxhost.passes import Poller
 
-        watch = Watch(self, WAIT_INTERVAL, float(self.config.watch("stall_after")), alert=False, only=rec)
+        poller = Poller(self, rec, float(self.config.watch("stall_after")))
         seen_other = False
         state = None
         view = None
         while True:
-            fresh = self.store.get(rec.id) or rec
-            tracked = watch.step() is not None and fresh.id in watch.tracks and fresh.state != "asleep"
+            stored = self.store.get(rec.id)
+            fresh = stored or rec
+            track = poller.step(stored)
+            tracked = track is not None and fresh.state != "asleep"
             if tracked:
-                state = watch.tracks[fresh.id].activity
+                state = track.activity
             else:
                 view = self.view([fresh])
                 state = self.live(fresh, view, check_resumable=False).state
