@@ -14,8 +14,10 @@ Fixtures:
   (override it) besides the built-in ones. No tmux, no CLI start-up.
 
 Markers (set by the fixtures a test uses): ``tmux`` (it needs a pane server: ``mux``, ``server``)
-and ``agents`` (a real agent CLI: a contract suite of a plugin, ``agent_binary``); ``-m "not agents"``
-is the quick loop.
+and ``agents`` (a real agent CLI: a contract suite of a plugin, a fixture under
+:func:`needs_agent_cli`); ``-m "not agents"`` is the quick loop. A test marks itself
+``cli_subprocess`` when what it proves is the process (start-up, imports): then every ``mux.run``
+of it is a subprocess (``--cli-subprocess``: every run of every test, as before this tier).
 
 Modules: :mod:`~muxhost.testing.mux` (the Mux driver, :class:`Watching`),
 :mod:`~muxhost.testing.inprocess` (the CLI run in-process), :mod:`~muxhost.testing.fake`,
@@ -65,7 +67,8 @@ def mux(request, server, tmp_path):
     kind = getattr(request, "param", "tmux")
     pane_server = None if kind == "tmux" else request.getfixturevalue(kind.replace("-", "_") + "_server")
     m = Mux(server, tmp_path, backend=kind.split("-")[0], pane_server=pane_server)
-    m.subprocess = request.config.getoption("cli_subprocess", False)
+    m.subprocess = bool(request.config.getoption("cli_subprocess", False)
+                        or request.node.get_closest_marker("cli_subprocess"))
     yield m
     m.reap()
 
@@ -99,6 +102,8 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "tmux: needs a pane server (a private tmux server; set by the mux fixture)")
+    config.addinivalue_line("markers", "cli_subprocess: every mux.run of the test in a subprocess of its own "
+                                       "(what it proves is the process: start-up, imports, signals)")
     config.addinivalue_line("markers", "agents: needs a real agent CLI (claude, opencode, codex); "
                                        "`-m 'not agents'` is the quick loop")
 
