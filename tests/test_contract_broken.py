@@ -117,6 +117,7 @@ SUITE = textwrap.dedent('''
 
     class TestMiniContract(AgentContract):
         agent = "mini"
+        agent_cli = False
         has_children = True
 
         def prepare(self, mux):

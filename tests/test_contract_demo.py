@@ -4,6 +4,7 @@ from muxhost.testing import AgentContract, wait_for
 
 class TestDemoContract(AgentContract):
     agent = "demo"
+    agent_cli = False  # the built-in stand-in: no real agent CLI
     has_children = True
 
     def converse(self, mux, pane, text):

@@ -184,7 +184,7 @@ def test_wait_until_idle_right_after_send_waits_for_an_agent_that_thinks_before_
 
 # -- one deadline for all record locks of a stop ---------------------------------------------------
 _inprocess = load_module(Path(__file__).with_name("test_inprocess.py"))
-host = _inprocess.host
+host_agents = _inprocess.host_agents  # the `host` fixture (muxhost.testing) gets the naive agent
 
 
 def test_one_deadline_for_every_record_lock_of_a_stop_of_many(host, tmp_path, monkeypatch):

@@ -1,23 +1,14 @@
-"""Host logic that needs no real pane, run in-process against a fake backend (no tmux, no CLI
-start-up): real processes, a real store, the real host. Fast, so the rules can be tried many ways."""
+"""Host logic that needs no real pane, run in-process against a fake backend (the ``host`` fixture of
+muxhost.testing: no tmux, no CLI start-up): real processes, a real store, the real host. Fast, so the
+rules can be tried many ways."""
 import json
-import os
-import signal
-import subprocess
 import sys
-import threading
 import time
-import types
 from pathlib import Path
 
 import pytest
 
-import muxhost
 from muxhost.agent import Agent, Launch
-from muxhost.backends import Backend, PaneInfo
-from muxhost.host import Host
-from muxhost.plugins import get_plugin_manager
-from muxhost.store import Store
 
 PROGRAM = """
 import json, os, sys, time, uuid
@@ -30,64 +21,6 @@ for line in sys.stdin:
     if line.strip() == '/exit':
         break
 """
-
-
-class FakeBackend(Backend):
-    """Panes as plain child processes with pipes: what the host needs of a backend, nothing more."""
-
-    name = "fake"
-
-    def __init__(self, address=None, config=None):
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.meta: dict[str, dict] = {}
-        self.calls: list[tuple] = []
-
-    def snapshot(self):
-        self.calls.append(("snapshot",))
-        return [PaneInfo(pane_id=pid, pid=p.pid, dead=p.poll() is not None, dead_status=p.poll(),
-                         session_id="$" + pid, session_name=self.meta[pid]["name"], record=self.meta[pid]["record"],
-                         agent=self.meta[pid]["agent"]) for pid, p in self.procs.items()]
-
-    def create(self, argv, *, cwd, env, name, target=None, split=None, options={}):
-        pane = f"f{len(self.procs) + 1}"
-        self.procs[pane] = subprocess.Popen(list(argv), cwd=cwd, env=dict(env), stdin=subprocess.PIPE,
-                                            stdout=subprocess.DEVNULL, text=True, start_new_session=True)
-        self.meta[pane] = {"name": name, "record": options.get("@muxhost_record"), "agent": options.get("@muxhost_agent")}
-        return self.snapshot()[-1], True
-
-    def respawn(self, pane_id, argv, *, cwd, env):
-        raise NotImplementedError
-
-    def type_text(self, pane_id, text):
-        self.calls.append(("type", pane_id, text))
-        self._pending = getattr(self, "_pending", {})
-        self._pending[pane_id] = self._pending.get(pane_id, "") + text
-
-    def send_keys(self, pane_id, *keys):
-        self.calls.append(("keys", pane_id, *keys))
-        for key in keys:
-            if key == "enter":
-                p = self.procs[pane_id]
-                try:
-                    p.stdin.write(getattr(self, "_pending", {}).pop(pane_id, "") + "\n")
-                    p.stdin.flush()
-                except OSError:
-                    pass
-            elif key == "ctrl+u":
-                getattr(self, "_pending", {}).pop(pane_id, None)
-
-    def capture(self, pane_id):
-        return ""
-
-    def kill_pane(self, pane_id):
-        self.calls.append(("kill_pane", pane_id))
-        p = self.procs[pane_id]
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGHUP)
-
-    def kill_session(self, session_id):
-        self.calls.append(("kill_session", session_id))
-        self.kill_pane(session_id[1:])
 
 
 class Naive(Agent):
@@ -118,21 +51,8 @@ class Naive(Agent):
 
 
 @pytest.fixture
-def host(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path))
-    fake = FakeBackend()
-    plugin = types.SimpleNamespace()
-    plugin.muxhost_register_backends = muxhost.hookimpl(lambda register: register("fake", lambda a=None, c=None: fake))
-    plugin.muxhost_register_agents = muxhost.hookimpl(lambda register: register(Naive(tmp_path / "convs")))
-    pm = get_plugin_manager(load_entrypoints=False)
-    pm.register(plugin, name="inprocess")
-    h = Host(pm=pm, store=Store(tmp_path / "state.db"), backend="fake")
-    h.fake = fake
-    yield h
-    for p in fake.procs.values():
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
+def host_agents(tmp_path):
+    return [Naive(tmp_path / "convs")]
 
 
 def own(host, live) -> str:

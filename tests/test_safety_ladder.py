@@ -21,7 +21,7 @@ from muxhost.testing import load_module, wait_for
 
 
 _inprocess = load_module(Path(__file__).with_name("test_inprocess.py"))
-host = _inprocess.host  # the fixture: the real host on a fake backend, with the naive agent
+host_agents = _inprocess.host_agents  # the `host` fixture (muxhost.testing: the real host on a fake backend) gets the naive agent
 
 
 def _alive(pid: int) -> bool:

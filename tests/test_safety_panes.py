@@ -21,7 +21,7 @@ from muxhost.testing import load_module, wait_for
 
 
 demo, row, alive = load_module(Path(__file__).with_name("test_fleet.py")).demo, load_module(Path(__file__).with_name("test_fleet.py")).row, load_module(Path(__file__).with_name("test_fleet.py")).alive
-host = load_module(Path(__file__).with_name("test_inprocess.py")).host  # the in-process host on a fake backend (a fixture)
+host_agents = load_module(Path(__file__).with_name("test_inprocess.py")).host_agents  # for the `host` fixture
 
 
 def key(pid):

@@ -16,7 +16,7 @@ from muxhost.testing import load_module, wait_for
 
 # the in-process host (tests/test_inprocess.py): a fake backend, real processes, the real host
 _inprocess = load_module(Path(__file__).with_name("test_inprocess.py"))
-host = _inprocess.host
+host_agents = _inprocess.host_agents  # the `host` fixture (muxhost.testing) gets the naive agent
 # muxhost-testkit (tests/test_hardening.py), an installed plugin package: its `naive` agent's
 # discover is "the newest conversation in my cwd since my launch that is not claimed"
 _hardening = load_module(Path(__file__).with_name("test_hardening.py"))

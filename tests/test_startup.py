@@ -6,7 +6,11 @@ import os
 import re
 import time
 
+import pytest
+
 from muxhost.testing import Watching, install_plugin, wait_for
+
+pytestmark = pytest.mark.cli_subprocess  # what each test proves is a new process's start-up
 
 
 def imported(err: str) -> set[str]:

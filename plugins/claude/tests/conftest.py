@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from muxhost.testing import needs_agent_cli
+
 from muxhost.testing import tree_hash  # noqa: F401  (also a ClaudeWorld method)
 
 API_KEY = "sk-ant-muxhost-test-key-0123456789abcdef"
@@ -458,6 +460,7 @@ class ClaudeWorld:
 
 
 @pytest.fixture
+@needs_agent_cli
 def claude_world(mux, fake_anthropic, tmp_path):
     from muxhost.testing import agent_binary
 

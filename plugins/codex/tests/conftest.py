@@ -45,6 +45,8 @@ from pathlib import Path
 
 import pytest
 
+from muxhost.testing import needs_agent_cli
+
 SPAWN_WORD = "SPAWN-CHILD"
 CHILD_TASK = "child task: reply with one word"
 GOAL_WORD = "CREATE-GOAL"
@@ -427,6 +429,7 @@ class Codex:
 
 
 @pytest.fixture
+@needs_agent_cli
 def codex(tmp_path, fake_responses):
     """A :class:`Codex` with its own HOME (``tmp_path/chome``) and the fake server; the real binary."""
     from muxhost.testing import agent_binary, clean_env
@@ -438,6 +441,7 @@ def codex(tmp_path, fake_responses):
 
 
 @pytest.fixture
+@needs_agent_cli
 def mux_codex(mux, fake_responses):
     """A :class:`Codex` whose HOME is the ``mux`` fixture's HOME; ``mux.run`` gets its environment
     (the binary's folder on PATH, CODEX_HOME, FAKE_API_KEY), so agents launched by the CLI use it."""

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from muxhost.testing import needs_agent_cli
+
 from muxhost.testing import agent_binary
 
 # Words the scripted model reacts to (typed into the TUI or given to `opencode run`).
@@ -227,6 +229,7 @@ def opencode_config(port: int) -> dict:
 
 
 @pytest.fixture(scope="session")
+@needs_agent_cli
 def opencode_bin() -> str:
     return agent_binary("opencode")
 

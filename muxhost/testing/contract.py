@@ -1,0 +1,452 @@
+"""The contract suite every agent plugin subclasses in its own tests (:class:`AgentContract`)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from muxhost.testing.forensics import (_DB_SIDECARS, _SQLITE_MAGIC, _files, _head, _sqlite_text, appended_only,
+                                       files_holding, plan_names, tree_hash, unique_text)
+from muxhost.testing.helpers import wait_for
+from muxhost.testing.mux import Mux, _carrying
+
+_XDG_VARS = ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME")
+
+
+@dataclass
+class ContractWorld:
+    """What the purge tests start from: in one cwd, a neighbour conversation (made first, its own
+    text) and the conversation under test (its texts; its children's texts), both agents stopped."""
+
+    work: Path
+    neighbour: dict
+    neighbour_text: str
+    main: dict
+    texts: list[str]
+    child_texts: list[str]
+
+
+class AgentContract:
+    """The contract every muxhost agent plugin keeps, checked on real panes against the agent's real
+    program. Subclass it in your plugin package's tests and run ``pytest -p muxhost.testing``::
+
+        from muxhost.testing import AgentContract
+
+        class TestMyAgent(AgentContract):
+            agent = "myagent"                       # the agent to launch
+            has_children = True                     # it can start child conversations
+            def converse(self, mux, pane, text):    # make the agent store a turn holding `text`
+                mux.wait_screen(pane, "> "); mux.type(pane, text); mux.wait_screen(pane, "answer")
+            def spawn_child(self, mux, pane, text): # make it start a child conversation holding `text`
+                mux.type(pane, f"use a sub-agent to say {text}"); mux.wait_screen(pane, "done")
+            def prepare(self, mux):                 # optional: a fake model server, config, …
+                mux.env["MYAGENT_API_URL"] = start_fake_server().url
+
+    What you implement (``mux`` is the :class:`Mux` fixture: a private tmux server, HOME and state):
+
+    - ``agent``: the name the plugin registers; the plugin must be installed (an entry point of
+      group ``muxhost``) or made loadable by ``prepare`` (``mux.env.update(install_plugin(…))``).
+    - ``converse(mux, pane, text)``: make the agent in tmux pane ``pane`` store a turn holding
+      ``text`` and return once it is on disk. It is called right after the pane starts (wait until
+      the agent takes input), on panes muxhost started and on a plain shell pane in which the
+      conversation was resumed by hand.
+    - ``spawn_child(mux, pane, text)`` (with ``has_children = True``): make it start a child
+      conversation (a sub-agent, a fork) holding ``text``; return once that is on disk.
+    - ``prepare(mux)`` (optional): called first in every test; set ``mux.env``, write ``mux.config``,
+      seed ``mux.home``. The agents run in ``self.workdir(mux)`` (made before ``prepare``).
+    - ``ignore_paths`` (optional): path fragments the suite never reads or hashes — only for files
+      that are not the agent's (a fake server's log). Every other file of HOME and the XDG dirs counts.
+    - ``agent_cli`` (default True): the agent is a real CLI program, so the tests get the ``agents``
+      marker (``-m "not agents"`` leaves them out); False for a stand-in (the demo agent).
+    - ``settle`` (optional, seconds): how long the disk must stay unchanged before the byte-for-byte
+      snapshot of a running agent is taken, for agents that write a moment after a turn.
+
+    Every test starts from a fresh HOME, tmux server and state dir and types unique texts
+    (:func:`unique_text`), so "no file holds the text" is an exact grep of raw bytes (SQLite files,
+    their ``-wal`` and free pages included). What each test proves — a failure names its item in
+    brackets, e.g. ``[stop] …``:
+
+    - ``test_plugins_lists_the_agent``: ``muxhost plugins --json`` lists it.
+    - ``test_a_bad_conversation_id_exits_2_before_anything_runs``: ``purge --agent A --conversation
+      'not an id'`` exits 2 with one ``muxhost:`` line, and nothing on disk changed.
+    - ``test_launch_purge_while_running_stop_and_resume``: launch → ``discover`` finds an id (``ls``);
+      a purge while it runs exits 4 and HOME and the XDG dirs are unchanged byte for byte; stop ends
+      with ``exit`` and no survivors (every pid of the record, every process carrying
+      ``MUXHOST_RECORD``); ``exists`` (``resumable`` when stopped); resume → the same id.
+    - ``test_sleep_frees_the_agent_and_enter_wakes_it_in_its_pane``: ``sleep`` leaves no process of
+      the agent and the pane shows the stub; Enter there resumes the same conversation in that pane.
+    - ``test_two_agents_in_one_cwd_keep_their_own_conversations``: two agents in one folder each keep
+      their own id through several ``ls``, and each id's plan names the files holding its own text.
+    - ``test_purge_refuses_while_resumed_outside_muxhost``: the plugin's resume command typed into a
+      plain shell pane; ``purge --agent A --conversation ID`` exits 4 (this is ``in_use`` itself: for
+      its own records the host already knows) and changes nothing; once that agent is gone it is free.
+    - ``test_dry_run_names_every_file_and_changes_nothing``: ``purge --dry-run`` names every file
+      holding the conversation's text (a database by its path) and changes nothing.
+    - ``test_purge_removes_every_trace_of_the_conversation``: purge exits 0 with an empty residual, no
+      file holds its text, it is no longer resumable, and a second purge exits 0 or 3.
+    - ``test_purge_keeps_the_neighbour_byte_for_byte``: a conversation in the same cwd keeps its files
+      byte for byte, its lines in shared line files, its rows and text in shared databases, and stays
+      resumable.
+    - ``test_purge_takes_the_child_conversations`` (skipped, saying why, unless ``has_children``): the
+      dry run names every file holding a child's text; after the purge none holds it.
+    """
+
+    agent: str = ""
+    agent_cli: bool = True  # a real agent CLI runs (the marker `agents`); False for a stand-in program
+    has_children: bool = False
+    ignore_paths: tuple[str, ...] = ()
+    settle: float = 0.0
+
+    # -- what a plugin's test class implements -------------------------------------------------
+    def converse(self, mux: Mux, pane: str, text: str) -> None:
+        raise NotImplementedError(f"{type(self).__name__}.converse(mux, pane, text): make the agent store a turn")
+
+    def spawn_child(self, mux: Mux, pane: str, text: str) -> None:
+        raise NotImplementedError(f"{type(self).__name__}.spawn_child(mux, pane, text): has_children is True")
+
+    def prepare(self, mux: Mux) -> None:
+        """Called first in every test: point ``mux.env`` at a fake model server, write config, …"""
+
+    def workdir(self, mux: Mux) -> Path:
+        """The folder the agents run in (outside HOME, as a project is)."""
+        return mux.home.parent / "work"
+
+    # -- the steps -------------------------------------------------------------------------------
+    def _begin(self, mux: Mux) -> Path:
+        assert self.agent, f"{type(self).__name__}.agent: set it to the name of the agent to test"
+        work = self.workdir(mux)
+        work.mkdir(parents=True, exist_ok=True)
+        self.prepare(mux)
+        self._muxhost_cache(mux).mkdir(parents=True, exist_ok=True)  # made by any run: not the agent's
+        return work
+
+    @staticmethod
+    def _ok(mux: Mux, item: str, *args: str) -> Any:
+        r = mux.run(*args)
+        assert r.rc == 0, f"[{item}] `muxhost {' '.join(args)}` exited {r.rc}: {(r.err or r.out).strip()}"
+        return r.json if "--json" in args else r.out
+
+    def _launch(self, mux: Mux, work: Path, text: str) -> dict:
+        rec = self._ok(mux, "launch", "launch", self.agent, "--cwd", str(work), "--json")
+        self.converse(mux, rec["pane"], text)
+        return rec
+
+    def _row(self, mux: Mux, item: str, rid: str, all_records: bool = False) -> dict:
+        rows = self._ok(mux, item, "ls", *(["--all"] if all_records else []), "--json")
+        row = next((r for r in rows if r["id"] == rid), None)
+        assert row is not None, f"[{item}] record {rid} is not in `muxhost ls{' --all' if all_records else ''}`"
+        return row
+
+    def _roots(self, mux: Mux) -> list[Path]:
+        """HOME and the XDG dirs of the agents (those outside HOME, when ``mux.env`` sets them)."""
+        home = mux.home.resolve()
+        roots = [mux.home]
+        for var in _XDG_VARS:
+            value = mux.env.get(var)
+            if value and not Path(value).resolve().is_relative_to(home):
+                roots.append(Path(value))
+        return roots
+
+    @staticmethod
+    def _muxhost_cache(mux: Mux) -> Path:
+        """muxhost's own plugin cache (the host's, not the agent's)."""
+        return Path(mux.env.get("XDG_CACHE_HOME") or mux.home / ".cache") / "muxhost"
+
+    def _skip(self, mux: Mux) -> tuple[str, ...]:
+        return (str(self._muxhost_cache(mux)) + os.sep, *self.ignore_paths)
+
+    def _hash(self, mux: Mux, sizes: dict[str, int] | None = None) -> dict[str, str]:
+        # a -shm is SQLite's shared-memory index, which readers write too: not content
+        hashed = tree_hash(*self._roots(mux), skip=self._skip(mux), sizes=sizes)
+        return {p: h for p, h in hashed.items() if not p.endswith("-shm")}
+
+    def _quiet_hash(self, mux: Mux, sizes: dict[str, int] | None = None) -> dict[str, str]:
+        """:meth:`_hash` once it has not changed for ``settle`` seconds (at most 30 s); ``sizes``,
+        when given, gets the sizes of the files in the one returned."""
+        last_sizes: dict[str, int] = {}
+        last = self._hash(mux, last_sizes)
+        deadline = time.monotonic() + 30
+        while self.settle > 0 and time.monotonic() < deadline:
+            time.sleep(self.settle)
+            now_sizes: dict[str, int] = {}
+            now = self._hash(mux, now_sizes)
+            if now == last:
+                break
+            last, last_sizes = now, now_sizes
+        if sizes is not None:
+            sizes.update(last_sizes)
+        return last
+
+    @staticmethod
+    def _changes(before: dict[str, str], after: dict[str, str]) -> str:
+        changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+        said = [f"{p} ({'new' if p not in before else 'gone' if p not in after else 'changed'})" for p in changed[:8]]
+        return ", ".join(said) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
+
+    def _holding(self, mux: Mux, texts: list[str]) -> dict[str, list[str]]:
+        return files_holding(self._roots(mux), texts, self._skip(mux))
+
+    def _unnamed(self, mux: Mux, plan: list[str], texts: list[str]) -> list[str]:
+        """Files holding one of ``texts`` that no line of ``plan`` names."""
+        roots = self._roots(mux)
+        return sorted(p for p in self._holding(mux, texts) if not plan_names(plan, p, mux.home, roots))
+
+    def _plan(self, mux: Mux, item: str, ref: str) -> list[str]:
+        before = self._hash(mux)
+        report = self._ok(mux, item, "purge", ref, "--dry-run", "--json")
+        assert report.get("dry_run") is True, f"[{item}] `purge --dry-run` did not report a dry run: {report}"
+        after = self._hash(mux)
+        assert after == before, f"[{item}] `purge --dry-run` changed files: {self._changes(before, after)}"
+        return list(report["plan"])
+
+    def _world(self, mux: Mux, children: bool) -> ContractWorld:
+        """A neighbour conversation, then the conversation under test (with a child when asked), in
+        one cwd; both agents stopped (in one ladder)."""
+        work = self._begin(mux)
+        ntext, text = unique_text("neighbour"), unique_text("purged")
+        neighbour = self._launch(mux, work, ntext)
+        main = self._launch(mux, work, text)
+        child_texts = []
+        if children:
+            child_texts.append(unique_text("child"))
+            self.spawn_child(mux, main["pane"], child_texts[0])
+        stopped = {r["id"]: r for r in self._ok(mux, "stop", "stop", neighbour["id"], main["id"], "--json")}
+        neighbour, main = stopped[neighbour["id"]], stopped[main["id"]]
+        for rec in (neighbour, main):
+            assert rec.get("conversation_id"), f"[discover] record {rec['id']} has no conversation id after a turn"
+        assert neighbour["conversation_id"] != main["conversation_id"], \
+            f"[two agents] two agents in one cwd got one conversation id {main['conversation_id']}"
+        return ContractWorld(work, neighbour, ntext, main, [text], child_texts)
+
+    # -- the contract ----------------------------------------------------------------------------
+    def test_plugins_lists_the_agent(self, mux: Mux) -> None:
+        self._begin(mux)
+        info = self._ok(mux, "plugins", "plugins", "--json")
+        names = [a["name"] for a in info["agents"]]
+        assert self.agent in names, f"[plugins] `muxhost plugins --json` lists agents {names}, not {self.agent!r}"
+
+    def test_a_bad_conversation_id_exits_2_before_anything_runs(self, mux: Mux) -> None:
+        self._begin(mux)
+        before = self._hash(mux)
+        for extra in (["--yes"], ["--dry-run"]):
+            r = mux.run("purge", "--agent", self.agent, "--conversation", "not an id", *extra)
+            assert r.rc == 2, f"[bad id] `purge --agent {self.agent} --conversation 'not an id'` exited {r.rc}: {r.err}"
+            assert r.err.startswith("muxhost: ") and r.err.count("\n") == 1, f"[bad id] not one error line: {r.err!r}"
+        after = self._hash(mux)
+        assert after == before, f"[bad id] files changed: {self._changes(before, after)}"
+
+    def test_launch_purge_while_running_stop_and_resume(self, mux: Mux) -> None:
+        from muxhost import procs
+
+        work = self._begin(mux)
+        rec = self._launch(mux, work, unique_text("lifecycle"))
+        row = self._row(mux, "discover", rec["id"])
+        cid = row["conversation_id"]
+        assert row["state"] == "running" and cid, f"[discover] after a turn `ls` shows {row}"
+        assert self._row(mux, "discover", rec["id"])["conversation_id"] == cid, "[discover] the id changed on its own"
+
+        sizes: dict[str, int] = {}
+        before = self._quiet_hash(mux, sizes)
+        r = mux.run("purge", rec["id"], "--yes")
+        assert r.rc == 4, f"[purge while running] exited {r.rc}, not 4: {(r.err or r.out).strip()}"
+        assert r.err.startswith("muxhost: ") and r.err.count("\n") == 1, f"[purge while running] {r.err!r}"
+        after = appended_only(before, sizes, self._hash(mux))  # the live agent may append to its log
+        assert after == before, f"[purge while running] files changed: {self._changes(before, after)}"
+        early = self._ok(mux, "purge while running", "purge", rec["id"], "--dry-run", "--json")
+        assert early.get("refused"), f"[purge while running] a dry run does not say it would be refused: {early}"
+        after = appended_only(before, sizes, self._hash(mux))
+        assert after == before, f"[purge while running] the dry run changed files: {self._changes(before, after)}"
+
+        shown = self._ok(mux, "stop", "show", rec["id"], "--json")
+        table = procs.ProcessTable.snapshot()
+        keys = {p.key for pid in {*shown["pids"], *(q["pid"] for q in shown["processes"])}
+                if (p := table.get(pid)) is not None}
+        assert keys, f"[stop] `muxhost show` lists no process of the running agent: {shown}"
+        stopped = self._ok(mux, "stop", "stop", rec["id"], "--json")
+        assert stopped.get("outcome") == "exit", \
+            f"[stop] outcome {stopped.get('outcome')!r} after {stopped.get('seconds')}s, not 'exit': the agent " \
+            "did not quit on its exit_text within the grace"
+        survivors = procs.alive(keys) + _carrying(procs.RECORD_ENV, rec["id"])
+        assert not survivors, f"[stop] processes survived the stop: {sorted(survivors)}"
+
+        row = self._row(mux, "exists", rec["id"], all_records=True)
+        assert row["state"] == "stopped" and row["conversation_id"] == cid, f"[stop] `ls --all` shows {row}"
+        assert row["resumable"] is True, f"[exists] conversation {cid} is on disk but not resumable: {row}"
+
+        resumed = self._ok(mux, "resume", "resume", rec["id"], "--json")
+        assert resumed["conversation_id"] == cid, f"[resume] resumed into {resumed['conversation_id']}, not {cid}"
+        self.converse(mux, resumed["pane"], unique_text("resumed"))
+        row = self._row(mux, "resume", rec["id"])
+        assert row["state"] == "running" and row["conversation_id"] == cid, \
+            f"[resume] after a turn in the resumed agent `ls` shows {row}, not conversation {cid}"
+
+    def test_sleep_frees_the_agent_and_enter_wakes_it_in_its_pane(self, mux: Mux) -> None:
+        from muxhost import procs
+
+        work = self._begin(mux)
+        rec = self._launch(mux, work, unique_text("sleeper"))
+        cid = self._row(mux, "sleep", rec["id"])["conversation_id"]
+        shown = self._ok(mux, "sleep", "show", rec["id"], "--json")
+        table = procs.ProcessTable.snapshot()
+        keys = {p.key for pid in {*shown["pids"], *(q["pid"] for q in shown["processes"])}
+                if (p := table.get(pid)) is not None}
+        asleep = self._ok(mux, "sleep", "sleep", rec["id"], "--json")
+        assert asleep["state"] == "asleep", f"[sleep] `muxhost sleep` gave {asleep}"
+        survivors = procs.alive(keys) + _carrying(procs.RECORD_ENV, rec["id"])
+        assert not survivors, f"[sleep] processes of the agent survived its sleep: {sorted(survivors)}"
+        row = self._row(mux, "sleep", rec["id"])
+        assert row["state"] == "asleep" and row["conversation_id"] == cid, f"[sleep] `ls` shows {row}"
+        pane = row["pane"]
+        mux.wait_screen(pane, "Enter wakes it")
+        mux.type(pane, "", enter=True)
+        wait_for(lambda: self._row(mux, "wake", rec["id"])["state"] == "running", timeout=30,
+                 what="[wake] the record running again after Enter in its pane")
+        self.converse(mux, pane, unique_text("woken"))
+        row = self._row(mux, "wake", rec["id"])
+        assert row["pane"] == pane and row["conversation_id"] == cid, \
+            f"[wake] after Enter and a turn `ls` shows {row}, not conversation {cid} in pane {pane}"
+
+    def test_two_agents_in_one_cwd_keep_their_own_conversations(self, mux: Mux) -> None:
+        work = self._begin(mux)
+        a_texts, b_text = [unique_text("first agent")], unique_text("second agent")
+        first: dict[str, str] = {}  # record id -> the conversation `ls` showed first
+
+        def look(step: str, *recs: dict) -> None:
+            rows = {r["id"]: r for r in self._ok(mux, "two agents", "ls", "--json")}
+            for rec in recs:
+                cid = rows.get(rec["id"], {}).get("conversation_id")
+                was = first.setdefault(rec["id"], cid)
+                assert cid and cid == was, f"[two agents] {step}: record {rec['id']} is in {cid}, it was in {was}"
+
+        a = self._launch(mux, work, a_texts[0])
+        look("after the first agent's turn", a)
+        b = self._launch(mux, work, b_text)
+        look("after the second agent's turn", a, b)
+        a_texts.append(unique_text("first agent again"))
+        self.converse(mux, a["pane"], a_texts[1])
+        look("after the first agent's second turn", a, b)
+        look("once more", a, b)
+        assert first[a["id"]] != first[b["id"]], f"[two agents] both agents are in conversation {first[a['id']]}"
+        stopped = {r["id"]: r for r in self._ok(mux, "two agents", "stop", a["id"], b["id"], "--json")}
+        for rec, texts in ((a, a_texts), (b, [b_text])):
+            cid = first[rec["id"]]
+            assert stopped[rec["id"]]["conversation_id"] == cid, \
+                f"[two agents] record {rec['id']} stopped in {stopped[rec['id']]['conversation_id']}, not {cid}"
+            unnamed = self._unnamed(mux, self._plan(mux, "two agents", rec["id"]), texts)
+            assert not unnamed, f"[two agents] the plan of record {rec['id']}'s conversation {cid} does not name " \
+                                f"the files holding its own text: {unnamed} (was it given the other one?)"
+
+    def test_purge_refuses_while_resumed_outside_muxhost(self, mux: Mux) -> None:
+        work = self._begin(mux)
+        rec = self._launch(mux, work, unique_text("outside"))
+        cid = self._ok(mux, "in use", "stop", rec["id"], "--json")["conversation_id"]
+        assert cid, f"[discover] record {rec['id']} has no conversation id after a turn"
+        argv, env, cwd = mux.resume_command(rec["id"])
+        pane = mux.shell(cwd, env)
+        mux.type(pane, shlex.join(argv))
+        self.converse(mux, pane, unique_text("outside again"))
+        sizes: dict[str, int] = {}
+        before = self._quiet_hash(mux, sizes)
+        r = mux.run("purge", "--agent", self.agent, "--conversation", cid, "--yes")
+        assert r.rc == 4, f"[in use] the conversation runs in a shell pane (`{shlex.join(argv)}`), but " \
+                          f"`purge --agent {self.agent} --conversation {cid}` exited {r.rc}, not 4: " \
+                          f"in_use() did not see it. {(r.err or r.out).strip()}"
+        after = appended_only(before, sizes, self._hash(mux))  # the live agent may append to its log
+        assert after == before, f"[in use] the refused purge changed files: {self._changes(before, after)}"
+        mux.end_shell(pane)
+        r = mux.run("purge", "--agent", self.agent, "--conversation", cid, "--dry-run")
+        assert r.rc == 0, f"[in use] once the agent in the shell is gone, a dry run exited {r.rc}: {r.err.strip()}"
+
+    def test_dry_run_names_every_file_and_changes_nothing(self, mux: Mux) -> None:
+        w = self._world(mux, self.has_children)
+        plan = self._plan(mux, "dry run", w.main["id"])
+        assert plan, "[dry run] the plan is empty"
+        unnamed = self._unnamed(mux, plan, w.texts)
+        assert not unnamed, f"[dry run] files hold the conversation's text but the plan does not name them: " \
+                            f"{unnamed}; the plan: {plan}"
+
+    def test_purge_removes_every_trace_of_the_conversation(self, mux: Mux) -> None:
+        w = self._world(mux, self.has_children)
+        report = self._ok(mux, "purge", "purge", w.main["id"], "--yes", "--json")
+        assert report["residual"] == [] and report.get("complete") is True, f"[purge] residual: {report['residual']}"
+        left = self._holding(mux, w.texts)
+        assert not left, f"[purge] after the purge these files still hold the conversation's text: {sorted(left)}"
+        row = self._row(mux, "purge", w.main["id"], all_records=True)
+        assert row["resumable"] is False, f"[purge] the purged conversation is still resumable: {row}"
+        r = mux.run("purge", w.main["id"], "--yes")
+        assert r.rc in (0, 3), f"[purge again] exited {r.rc}, not 0 or 3: {(r.err or r.out).strip()}"
+
+    def test_purge_keeps_the_neighbour_byte_for_byte(self, mux: Mux) -> None:
+        w = self._world(mux, self.has_children)
+        theirs = [w.neighbour_text.encode(), w.neighbour["conversation_id"].encode()]
+        mine = [t.encode() for t in (*w.texts, *w.child_texts, w.main["conversation_id"])]
+
+        def has(data: bytes, markers: list[bytes]) -> bool:
+            return any(m in data for m in markers)
+
+        def theirs_only(data: bytes) -> list[bytes]:
+            return [ln.rstrip(b"\r\n") for ln in data.splitlines() if has(ln, theirs) and not has(ln, mine)]
+
+        files = _files(self._roots(mux), self._skip(mux))
+        dbs = {p for p in files if _head(p) == _SQLITE_MAGIC}
+        owned: dict[str, bytes] = {}      # files only the neighbour's text is in: identical bytes
+        lines: dict[str, list[bytes]] = {}  # shared line files: the neighbour's lines
+        shared_dbs: list[str] = []          # shared databases: its rows readable, its text there
+        for p in files:
+            if any(p.endswith(s) and p[:-len(s)] in dbs for s in _DB_SIDECARS):
+                continue  # judged with its database
+            data = Path(p).read_bytes()
+            unit = {p: data, **{p + s: Path(p + s).read_bytes() for s in ("-wal", "-journal")
+                                if p in dbs and os.path.exists(p + s)}}
+            joined = b"".join(unit.values())
+            if not has(joined, theirs):
+                continue
+            if not has(joined, mine):
+                owned.update(unit)
+            elif p in dbs:
+                shared_dbs.append(p)
+            else:
+                lines[p] = theirs_only(data)
+        assert owned or lines or shared_dbs, f"[neighbour] no file holds the neighbour's text {w.neighbour_text!r}"
+
+        self._ok(mux, "neighbour", "purge", w.main["id"], "--yes", "--json")
+        problems = []
+        for p, data in owned.items():
+            if not os.path.exists(p):
+                problems.append(f"{p} (only the neighbour's) is gone")
+            elif Path(p).read_bytes() != data:
+                problems.append(f"{p} (only the neighbour's) changed")
+        for p, kept in lines.items():
+            now = theirs_only(Path(p).read_bytes()) if os.path.exists(p) else None
+            if now != kept:
+                problems.append(f"{p} (shared): the neighbour's lines changed "
+                                f"({len(kept)} before, {'file gone' if now is None else len(now)} after)")
+        for p in shared_dbs:
+            found, why = _sqlite_text(p, w.neighbour_text) if os.path.exists(p) else (False, "the database is gone")
+            if not found:
+                problems.append(f"{p} (shared database): {why}")
+        assert not problems, f"[neighbour] the purge of {w.main['conversation_id']} touched the neighbour " \
+                             f"{w.neighbour['conversation_id']}: " + "; ".join(problems)
+        row = self._row(mux, "neighbour", w.neighbour["id"], all_records=True)
+        assert row["resumable"] is True, f"[neighbour] the neighbour is no longer resumable: {row}"
+
+    def test_purge_takes_the_child_conversations(self, mux: Mux) -> None:
+        if not self.has_children:
+            pytest.skip(f"{type(self).__name__}.has_children is False: the agent starts no child conversations")
+        w = self._world(mux, children=True)
+        assert self._holding(mux, w.child_texts), \
+            f"[children] spawn_child() returned but no file holds the child's text {w.child_texts[0]!r}"
+        plan = self._plan(mux, "children", w.main["id"])
+        unnamed = self._unnamed(mux, plan, w.child_texts)
+        assert not unnamed, f"[children] files hold a child conversation's text but the plan does not name " \
+                            f"them: {unnamed}; the plan: {plan}"
+        report = self._ok(mux, "children", "purge", w.main["id"], "--yes", "--json")
+        assert report["residual"] == [], f"[children] residual: {report['residual']}"
+        left = self._holding(mux, w.child_texts)
+        assert not left, f"[children] after the purge these files still hold a child's text: {sorted(left)}"

@@ -1,0 +1,127 @@
+"""Small helpers of every test tier: a command's result, polling, loading another test module, the
+one-error-line check, the real agent CLIs, plugin packages pip-installed as a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+
+@dataclass
+class Result:
+    rc: int
+    out: str
+    err: str
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def load_module(path: str | os.PathLike):
+    """The module at ``path`` (another test module's helpers and fixtures, a plugin's test kit),
+    loaded once per file: under ``--import-mode=importlib`` test modules cannot import each other."""
+    import importlib.util
+    import re
+
+    path = Path(path).resolve()
+    name = "muxhost_test_module_" + re.sub(r"\W", "_", str(path))
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        sys.modules[name] = module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return sys.modules[name]
+
+
+def one_line_error(r: "Result", code: int, *needles: str) -> str:
+    """``r`` failed with exit ``code`` and exactly one ``muxhost:`` line on stderr (no traceback),
+    holding every one of ``needles``; returns that line."""
+    assert r.rc == code, (r.rc, r.out, r.err)
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("muxhost: "), r.err
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    assert "Traceback" not in r.err
+    return lines[0]
+
+
+def plugin_package(root: Path, dist: str, module: str, source: str, version: str = "1.0") -> Path:
+    """Write the source tree of the plugin package ``dist`` into ``root``: one module ``module``
+    holding ``source``, entry point ``muxhost: module = module``. Returns ``root``."""
+    import textwrap
+
+    root = Path(root)
+    root.mkdir(parents=True)
+    (root / "pyproject.toml").write_text(textwrap.dedent(f'''
+        [build-system]
+        requires = ["setuptools>=64"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "{dist}"
+        version = "{version}"
+        dependencies = ["muxhost"]
+
+        [project.entry-points.muxhost]
+        {module} = "{module}"
+    '''))
+    (root / f"{module}.py").write_text(source)
+    return root
+
+
+def pip_install(package: Path, site: Path) -> None:
+    """pip-install a package source tree into the folder ``site`` (``--target``), as a user would."""
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--target", str(site), str(package)], check=True)
+
+
+def install_plugin(folder: Path, dist: str, module: str, source: str, version: str = "1.0") -> dict[str, str]:
+    """Build the plugin package ``dist`` (:func:`plugin_package`) and pip-install it into
+    ``folder/site``. Returns the environment that makes the CLI load it and only it
+    (``mux.run(..., env=...)``): ``PYTHONPATH`` with the site first (the caller's own path kept
+    behind it) and ``MUXHOST_LOAD_PLUGINS``."""
+    site = Path(folder) / "site"
+    pip_install(plugin_package(Path(folder) / dist, dist, module, source, version), site)
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path, "MUXHOST_LOAD_PLUGINS": module}
+
+
+def agent_binary(name: str) -> str:
+    """The real agent CLI ``name``: from ``$MUXHOST_AGENT_BIN_DIR`` (set by .ci/run), else PATH.
+    Missing: a failure in CI (``CI=true``), a skip that says why elsewhere."""
+    bin_dir = os.environ.get("MUXHOST_AGENT_BIN_DIR")
+    found = None
+    if bin_dir and os.access(os.path.join(bin_dir, name), os.X_OK):
+        found = os.path.join(bin_dir, name)
+    found = found or shutil.which(name)
+    if found:
+        return found
+    why = f"the {name} CLI is not installed (run .ci/run, or set MUXHOST_AGENT_BIN_DIR)"
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(why)
+    pytest.skip(why)
