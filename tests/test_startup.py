@@ -199,15 +199,20 @@ def test_a_command_builds_only_its_own_parser_with_the_same_help_and_errors(mux,
             expected = f"muxhost: {e}\n"
         r = mux.run(*args, env=env)
         assert (r.rc, r.err) == (2, expected), args
-    # ... and a command does build only its own parser (the same output either way, so say it)
-    from muxhost.cli import _command
+    # ... and a command does build only its own parser, and imports only its own module (the same
+    # output either way, so say it)
+    import subprocess
+    import sys
 
-    assert _command(["--socket=s", "--config", "c", "ls", "--json"]) == ("ls", True)
-    for args in (["-h", "ls"], ["--config", "x", "-h", "ls"], ["--bogus", "ls"], ["--", "ls"], ["lss"], ["--config"]):
-        assert _command(args)[1] is False, args
-    alone = build_parser("ls")
-    only = next(a for a in alone._actions if isinstance(a, argparse._SubParsersAction))
-    assert set(only.choices) == {"ls"}
+    lazy = build_parser(full=False)
+    args = lazy.parse_args(["--socket=s", "--config", "c", "ls", "--json"])
+    assert (args.command, args.json, args.socket) == ("ls", True, "s")
+    only = next(a for a in lazy._actions if isinstance(a, argparse._SubParsersAction))
+    assert [n for n, p in dict.items(only.choices) if p is not None] == ["ls"]
+    code = ("import sys\nfrom muxhost.cli import main\nmain(['ls', '--bogus'])\n"
+            "print(sorted(m for m in sys.modules if m.startswith('muxhost.cli.')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
+    assert out == "['muxhost.cli.ls', 'muxhost.cli.output']\n", out
 
 
 def test_an_agent_name_clash_with_a_cached_plugin_is_the_error_it_is_without_the_cache(mux, tmp_path):
