@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,11 +65,18 @@ DEFAULTS = {"exit_grace": 5.0, "term_grace": 2.0, "hup_grace": 1.0, "exit_pause"
 WATCH_DEFAULTS: dict[str, Any] = {"interval": 1.0, "stall_after": 600.0, "sleep_after": None, "alert": True}
 
 
-@dataclass
 class Config:
-    path: str | None = None
-    data: dict[str, Any] = field(default_factory=dict)
-    lines: dict[str, int] = field(default_factory=dict)  # dotted key -> line number
+    """The parsed config file: ``data`` by key, ``lines`` the line of each dotted key. (A plain
+    class: a dataclass costs every command's start-up its code generation.)"""
+
+    def __init__(self, path: str | None = None, data: dict[str, Any] | None = None,
+                 lines: dict[str, int] | None = None):
+        self.path = path
+        self.data: dict[str, Any] = {} if data is None else data
+        self.lines: dict[str, int] = {} if lines is None else lines  # dotted key -> line number
+
+    def __repr__(self) -> str:
+        return f"Config(path={self.path!r}, data={self.data!r})"
 
     def stop(self, key: str) -> float:
         return float(self.data.get("stop", {}).get(key, DEFAULTS[key]))
