@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +67,18 @@ DEFAULTS = {"exit_grace": 5.0, "term_grace": 1.0, "hup_grace": 0.5, "exit_pause"
 WATCH_DEFAULTS: dict[str, Any] = {"interval": 1.0, "stall_after": 600.0, "sleep_after": None, "alert": True}
 
 
-@dataclass
 class Config:
-    path: str | None = None
-    data: dict[str, Any] = field(default_factory=dict)
-    lines: dict[str, int] = field(default_factory=dict)  # dotted key -> line number
+    """The parsed config file: ``data`` by key, ``lines`` the line of each dotted key. (A plain
+    class: a dataclass costs every command's start-up its code generation.)"""
+
+    def __init__(self, path: str | None = None, data: dict[str, Any] | None = None,
+                 lines: dict[str, int] | None = None):
+        self.path = path
+        self.data: dict[str, Any] = {} if data is None else data
+        self.lines: dict[str, int] = {} if lines is None else lines  # dotted key -> line number
+
+    def __repr__(self) -> str:
+        return f"Config(path={self.path!r}, data={self.data!r})"
 
     def stop(self, key: str) -> float:
         return float(self.data.get("stop", {}).get(key, DEFAULTS[key]))
@@ -178,34 +184,12 @@ def _scalar(node, path: str, key: str):
 
 
 def _check(node, shape, key: str, path: str, lines: dict[str, int]):
+    """The value of ``node`` when it has ``shape`` (a dict of shapes, or one of the ``_`` kinds)."""
     import yaml
 
     lines.setdefault(key, node.start_mark.line + 1)
     if isinstance(shape, dict):
-        if not isinstance(node, yaml.MappingNode):
-            raise _fail(path, node, key, "expected a mapping")
-        out: dict[str, Any] = {}
-        for knode, vnode in node.value:
-            k = _scalar(knode, path, key)
-            if not isinstance(k, str):
-                raise _fail(path, knode, key, f"keys must be strings, got {k!r}")
-            sub = f"{key}.{k}" if key else k
-            if k in out:
-                raise _fail(path, knode, sub, "duplicate key")
-            lines[sub] = knode.start_mark.line + 1
-            if "*" in shape:
-                spec = shape["*"]
-            elif k in shape:
-                spec = shape[k]
-            else:
-                known = ", ".join(sorted(shape))
-                raise _fail(path, knode, sub, f"unknown key (known: {known})")
-            if isinstance(spec, dict) and isinstance(vnode, yaml.ScalarNode) and vnode.tag.endswith(":null"):
-                lines[sub] = vnode.start_mark.line + 1
-                out[k] = {}  # an empty section (`agents:` with nothing under it)
-                continue
-            out[k] = _check(vnode, spec, sub, path, lines)
-        return out
+        return _check_section(node, shape, key, path, lines)
     if shape == _ANY_MAP:
         if not isinstance(node, yaml.MappingNode):
             raise _fail(path, node, key, "expected a mapping")
@@ -221,18 +205,60 @@ def _check(node, shape, key: str, path: str, lines: dict[str, int]):
             items.append(str(v))
         return items
     if shape == _STRMAP:
-        if not isinstance(node, yaml.MappingNode):
-            raise _fail(path, node, key, "expected a mapping of names to strings")
-        out = {}
-        for knode, vnode in node.value:
-            k = _scalar(knode, path, key)
-            v = _scalar(vnode, path, f"{key}.{k}")
-            if not isinstance(k, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
-                raise _fail(path, knode, f"{key}.{k}", "not a valid environment variable name")
-            if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-                raise _fail(path, vnode, f"{key}.{k}", f"expected a string, got {v!r}")
-            out[k] = str(v)
-        return out
+        return _check_env(node, key, path)
+    return _check_scalar(node, shape, key, path)
+
+
+def _check_section(node, shape: dict, key: str, path: str, lines: dict[str, int]) -> dict[str, Any]:
+    """A mapping whose keys are ``shape``'s (``"*"``: any key), each value checked against its shape."""
+    import yaml
+
+    if not isinstance(node, yaml.MappingNode):
+        raise _fail(path, node, key, "expected a mapping")
+    out: dict[str, Any] = {}
+    for knode, vnode in node.value:
+        k = _scalar(knode, path, key)
+        if not isinstance(k, str):
+            raise _fail(path, knode, key, f"keys must be strings, got {k!r}")
+        sub = f"{key}.{k}" if key else k
+        if k in out:
+            raise _fail(path, knode, sub, "duplicate key")
+        lines[sub] = knode.start_mark.line + 1
+        if "*" in shape:
+            spec = shape["*"]
+        elif k in shape:
+            spec = shape[k]
+        else:
+            known = ", ".join(sorted(shape))
+            raise _fail(path, knode, sub, f"unknown key (known: {known})")
+        if isinstance(spec, dict) and isinstance(vnode, yaml.ScalarNode) and vnode.tag.endswith(":null"):
+            lines[sub] = vnode.start_mark.line + 1
+            out[k] = {}  # an empty section (`agents:` with nothing under it)
+            continue
+        out[k] = _check(vnode, spec, sub, path, lines)
+    return out
+
+
+def _check_env(node, key: str, path: str) -> dict[str, str]:
+    """A mapping of environment variable names to strings."""
+    import yaml
+
+    if not isinstance(node, yaml.MappingNode):
+        raise _fail(path, node, key, "expected a mapping of names to strings")
+    out = {}
+    for knode, vnode in node.value:
+        k = _scalar(knode, path, key)
+        v = _scalar(vnode, path, f"{key}.{k}")
+        if not isinstance(k, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+            raise _fail(path, knode, f"{key}.{k}", "not a valid environment variable name")
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise _fail(path, vnode, f"{key}.{k}", f"expected a string, got {v!r}")
+        out[k] = str(v)
+    return out
+
+
+def _check_scalar(node, shape, key: str, path: str):
+    """A string, an optional string, a boolean or a number of seconds."""
     value = _scalar(node, path, key)
     if shape == _STR:
         if not isinstance(value, str):

@@ -66,9 +66,10 @@ def muxhost_agent_launched(record):
 
 
 def test_a_plugin_package_is_imported_only_when_a_command_needs_it(mux, tmp_path):
-    """`ls` over records of built-in agents imports no plugin package (the registry cache knows what
-    each provides); a launch of a plugin's agent imports that plugin, a launch of any agent imports
-    the plugins that implement muxhost_agent_launched, `plugins` imports every one."""
+    """`ls` over records of built-in agents imports no plugin package that only gives agents or
+    backends (the registry cache knows what each gives); a launch of a plugin's agent imports that
+    plugin, `plugins` imports every one. A plugin with any other hook (muxhost_agent_launched) is
+    imported by every command: pluggy calls it, in entry point order."""
     quiet = install_plugin(tmp_path / "quiet", "muxhost-quiet", "muxhost_quiet", QUIET)
     hark = install_plugin(tmp_path / "hark", "muxhost-hark", "muxhost_hark", HARK)
     for site in (tmp_path / "quiet" / "site", tmp_path / "hark" / "site"):
@@ -86,13 +87,13 @@ def test_a_plugin_package_is_imported_only_when_a_command_needs_it(mux, tmp_path
         return {f.name for f in markers.iterdir()}
 
     assert imported_now("ls") == {"muxhost_quiet", "muxhost_hark"}  # no cache yet: all of them, as before
-    assert imported_now("ls") == set()
+    assert imported_now("ls") == {"muxhost_hark"}
     assert imported_now("launch", "demo") == {"muxhost_hark", "launched"}  # its hook
     assert (markers / "launched").read_text() == "demo\n"
     for args in (("ls",), ("ls", "--json"), ("ls", "--all"), ("reconcile",)):
-        assert imported_now(*args) == set(), args
+        assert imported_now(*args) == {"muxhost_hark"}, args
     assert imported_now("launch", "quiet") == {"muxhost_quiet", "muxhost_hark", "launched"}  # its agent
-    assert imported_now("ls") == {"muxhost_quiet"}  # a record of its agent: needed now
+    assert imported_now("ls") == {"muxhost_quiet", "muxhost_hark"}  # a record of its agent: needed now
     assert imported_now("plugins") == {"muxhost_quiet", "muxhost_hark"}
     assert "quiet" in mux.ok("plugins", env=env)
     # the watch, which runs for days, imports every plugin when it starts: one removed or upgraded
@@ -139,8 +140,8 @@ def muxhost_purge_veto(agent, conversation_id, artifacts):
 
 def test_plugins_imported_when_needed_are_called_in_entry_point_order(mux, tmp_path):
     """A hook's plugins are called in the order they are with every plugin imported up front
-    (pluggy: the last registered first), however a command came to import them: here the purge looks
-    up beta's agent (importing beta) before it asks the plugins for a veto (alpha, then)."""
+    (pluggy: the last registered first), with or without the registry cache: plugins with a hook
+    other than the registration ones are imported up front, in entry point order."""
     alpha = install_plugin(tmp_path / "alpha", "muxhost-alpha", "muxhost_alpha", ALPHA)
     beta = install_plugin(tmp_path / "beta", "muxhost-beta", "muxhost_beta", BETA)
     for site in (tmp_path / "alpha" / "site", tmp_path / "beta" / "site"):
@@ -159,7 +160,7 @@ def test_plugins_imported_when_needed_are_called_in_entry_point_order(mux, tmp_p
     for f in markers.iterdir():
         f.unlink()
     mux.ok("ls", env=env)
-    assert list(markers.iterdir()) == []  # from here on plugins are imported when needed
+    assert {f.name for f in markers.iterdir()} == {"muxhost_alpha", "muxhost_beta"}  # (their veto hooks)
     when_needed = mux.run(*purge, env=env)
     assert (when_needed.rc, when_needed.err) == (up_front.rc, up_front.err)
     assert {f.name for f in markers.iterdir()} == {"muxhost_alpha", "muxhost_beta"}
@@ -203,15 +204,20 @@ def test_a_command_builds_only_its_own_parser_with_the_same_help_and_errors(mux,
             expected = f"muxhost: {e}\n"
         r = mux.run(*args, env=env)
         assert (r.rc, r.err) == (2, expected), args
-    # ... and a command does build only its own parser (the same output either way, so say it)
-    from muxhost.cli import _command
+    # ... and a command does build only its own parser, and imports only its own module (the same
+    # output either way, so say it)
+    import subprocess
+    import sys
 
-    assert _command(["--socket=s", "--config", "c", "ls", "--json"]) == ("ls", True)
-    for args in (["-h", "ls"], ["--config", "x", "-h", "ls"], ["--bogus", "ls"], ["--", "ls"], ["lss"], ["--config"]):
-        assert _command(args)[1] is False, args
-    alone = build_parser("ls")
-    only = next(a for a in alone._actions if isinstance(a, argparse._SubParsersAction))
-    assert set(only.choices) == {"ls"}
+    lazy = build_parser(full=False)
+    args = lazy.parse_args(["--socket=s", "--config", "c", "ls", "--json"])
+    assert (args.command, args.json, args.socket) == ("ls", True, "s")
+    only = next(a for a in lazy._actions if isinstance(a, argparse._SubParsersAction))
+    assert [n for n, p in dict.items(only.choices) if p is not None] == ["ls"]
+    code = ("import sys\nfrom muxhost.cli import main\nmain(['ls', '--bogus'])\n"
+            "print(sorted(m for m in sys.modules if m.startswith('muxhost.cli.')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
+    assert out == "['muxhost.cli.ls', 'muxhost.cli.output']\n", out
 
 
 def test_an_agent_name_clash_with_a_cached_plugin_is_the_error_it_is_without_the_cache(mux, tmp_path):

@@ -1,31 +1,19 @@
-"""The plugin manager: built-ins first, then entry points of group ``muxhost``.
+"""The plugin manager: built-ins first, then entry points of group ``muxhost``, on pluggy's public API.
 
 ``MUXHOST_LOAD_PLUGINS`` limits which entry points load: unset = all installed, empty = built-ins
 only, ``a,b`` = only the entry points (or distributions) named ``a`` and ``b``.
 
-Listing entry points with ``importlib.metadata`` imports it and reads every installed distribution:
-a large share of each command's start-up. So the list is kept in ``$XDG_CACHE_HOME/muxhost/plugins.json``
-(``~/.cache/muxhost/plugins.json``) with a fingerprint of everything that scan reads (see
-:meth:`_Cache.load`), and listed again only when that fingerprint changes.
-
-The same file is the registry cache: for each entry-point plugin, what importing and registering it
-showed — the hooks it implements, the agents and backends it registered — with the stat of every
-module file of its package that was imported then. While all of that still holds for every entry
-point selected, no plugin package is imported up front: each one is *pending* (named, with what it
-provides) and imported when first needed — its agent or backend looked up by name
-(:class:`Registry`), any listing of every agent, backend or plugin (``muxhost plugins``), or a hook
-it implements (``pm.hook.<name>``: launch, stop, purge, the watch, plugin commands). A hook's
-plugins are always called in entry point order, as if all had been loaded up front. Anything else —
-no cache, another fingerprint, a plugin file changed, two entry points naming one object, an agent
-or backend name two plugins give, a registration hook with call-order options — loads every
-selected plugin up front, as before, and writes what it saw. So ``muxhost ls`` over records of
-built-in agents imports no plugin package. (What a plugin registers is taken to follow from its
-package's code: a plugin that registers an agent only when some variable is set is cached as the
-run that wrote the cache saw it.)
+Listing entry points with ``importlib.metadata`` imports it and reads every installed distribution,
+so the list is kept in ``$XDG_CACHE_HOME/muxhost/plugins.json`` with a fingerprint of everything
+that scan reads (:meth:`_Cache.load`). The same file says, for each entry-point plugin, what
+importing it showed (its hooks, agents and backends, with the stat of its package's module files).
+A plugin whose hooks are only ``muxhost_register_agents`` / ``muxhost_register_backends`` and whose
+entry still holds is *pending*: named by the :class:`Registry`, imported when one of its agents or
+backends is looked up or all are listed. Every other plugin is imported and registered up front, in
+entry point order, so pluggy calls each hook's plugins as it would with all of them loaded.
 
 (CONTRACT §1 draws ``muxhost/plugins.py`` beside a ``muxhost/plugins/`` folder of built-ins; Python
-cannot have both, so ``get_plugin_manager`` lives here and ``from muxhost.plugins import
-get_plugin_manager`` works as drawn.)
+cannot have both, so ``get_plugin_manager`` lives here.)
 """
 
 from __future__ import annotations
@@ -36,7 +24,6 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 import pluggy
@@ -49,41 +36,45 @@ if TYPE_CHECKING:
     from muxhost.config import Config
 
 GROUP = "muxhost"
-# built-in plugins that add commands (the CLI calls their hook directly to build `--help`)
-COMMAND_PLUGINS = ("muxhost.plugins.purge_key",)
+COMMAND_PLUGINS = ("muxhost.plugins.purge_key",)  # built-ins that add commands (the CLI's --help calls them)
 DEFAULT_PLUGINS = ("muxhost.plugins.tmux", "muxhost.plugins.demo", *COMMAND_PLUGINS)
 CONFIG_PLUGIN = "muxhost.plugins.config_agents"
-CACHE_FORMAT = 2
-# the hooks the Registry calls itself, on each plugin as it loads (not events: a plugin that only
-# registers agents or backends is imported when one of them is looked up)
-REGISTER_HOOKS = ("muxhost_register_agents", "muxhost_register_backends")
+CACHE_FORMAT = 3
+REGISTER_HOOKS = ("muxhost_register_agents", "muxhost_register_backends")  # the Registry calls these itself
 # importlib.metadata.EntryPoint.pattern: ``module``, ``module:attr.attr``, optional ``[extras]``
-# (compiled by ``re`` when an entry point is loaded: most runs load none)
 _EP_VALUE = r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$"
 _DIST_SUFFIXES = (".dist-info", ".egg-info", ".egg")
-# a fingerprint with metadata changed this recently is not cached (the next run scans again): a file
-# rewritten again within one file-system timestamp tick would keep its mtime
-_RACY_SECONDS = 2.0
+_RACY_SECONDS = 2.0  # metadata or code changed this recently is not cached (one timestamp tick)
 
 
-@dataclass
 class Source:
-    plugin: str
-    package: str
-    version: str
+    """Where a plugin came from: its name, package and version (``muxhost plugins``)."""
+
+    __slots__ = ("plugin", "package", "version")
+
+    def __init__(self, plugin: str, package: str, version: str):
+        self.plugin, self.package, self.version = plugin, package, version
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Source) and (self.plugin, self.package, self.version) == (
+            other.plugin, other.package, other.version)
+
+    def __repr__(self) -> str:
+        return f"Source({self.plugin!r}, {self.package!r}, {self.version!r})"
 
 
-@dataclass(frozen=True)
 class EntryPoint:
-    """One installed entry point of group ``muxhost``, as ``importlib.metadata`` lists it."""
+    """One installed entry point of group ``muxhost``, as ``importlib.metadata`` lists it: ``value``
+    is "module" or "module:attr", ``package`` the distribution's name as its metadata spells it.
+    (Plain classes here: a dataclass costs every command's start-up its code generation.)"""
 
-    name: str
-    value: str    # "module" or "module:attr"
-    package: str  # the distribution's name, as its metadata spells it
-    version: str
+    __slots__ = ("name", "value", "package", "version")
+
+    def __init__(self, name: str, value: str, package: str, version: str):
+        self.name, self.value, self.package, self.version = name, value, package, version
 
     def load(self) -> Any:
-        """The object ``value`` names, imported the way ``importlib.metadata.EntryPoint.load`` does."""
+        """The object ``value`` names, imported as ``importlib.metadata.EntryPoint.load`` does."""
         m = re.match(_EP_VALUE, self.value)
         if m is None:
             raise ValueError(f"malformed entry point value {self.value!r}")
@@ -94,112 +85,41 @@ class EntryPoint:
 
 
 class PluginManager(pluggy.PluginManager):
-    """pluggy's manager for project ``muxhost``; :attr:`sources` has the package and version of each
-    entry-point plugin, by plugin name (``muxhost plugins --json`` shows them).
-
-    Entry-point plugins the registry cache knows may be pending (see the module's docstring): not
-    imported until ``pm.hook.<name>`` is read for a hook one of them implements, or the plugin is
-    asked for by name (:meth:`get_plugin`, :meth:`has_plugin`, :meth:`register`), or all plugins are
-    listed (:meth:`get_plugins`, :meth:`list_name_plugin`)."""
+    """pluggy's manager for project ``muxhost``, with :attr:`sources` (package and version of each
+    entry-point plugin) and the pending plugins (see the module's docstring)."""
 
     def __init__(self) -> None:
         super().__init__("muxhost")
-        self.hook = _LazyHookRelay(self)  # type: ignore[misc]  # pluggy's own, before any hook exists
         self.sources: dict[str, Source] = {}
-        # entry point name -> (entry point, its registry cache entry), in entry point order
-        self._pending: dict[str, tuple[EntryPoint, dict[str, Any]]] = {}
-        self._loading = False
-        self._on_load: list[Callable[[list[Any]], None]] = []  # each Registry: register what they provide
-        self._fresh: list[EntryPoint] = []  # loaded up front this run: the cache learns what they register
-        self._cache: _Cache | None = None
+        self.pending: dict[str, tuple[EntryPoint, dict[str, Any]]] = {}  # in entry point order
+        self.on_load: list[Callable[[list[Any]], None]] = []  # each Registry: take what they provide
+        self.fresh: list[EntryPoint] = []  # imported up front: the cache learns what they showed
+        self.cache: _Cache | None = None
 
     def load_pending(self, names: Iterable[str] | None = None) -> None:
-        """Import and register the pending plugins ``names`` (None: all), and with them every pending
-        plugin before one of them (in entry point order) that shares an event hook with it: each
-        hook's plugins are then registered, and called, in entry point order."""
-        if self._loading or not self._pending:
-            return
-        order = list(self._pending)
-        want = set(order) if names is None else {n for n in names if n in self._pending}
-        events = {n: set(self._pending[n][1]["hooks"]) - set(REGISTER_HOOKS) for n in order}
-        grown = True
-        while grown:
-            grown = False
-            for i, n in enumerate(order):
-                if n not in want and any(events[n] & events[m] for m in order[i + 1:] if m in want):
-                    want.add(n)
-                    grown = True
-        if not want:
-            return
-        self._loading = True
-        try:
-            loaded = [_register(self, self._pending.pop(n)[0]) for n in order if n in want]
+        """Import and register the pending plugins ``names`` (None: all)."""
+        want = set(self.pending) if names is None else set(names) & set(self.pending)
+        loaded = [_register(self, self.pending.pop(n)[0]) for n in list(self.pending) if n in want]
+        if loaded:
             _check(self)
-        finally:
-            self._loading = False
-        for absorb in self._on_load:
-            absorb(loaded)
-
-    def _load_for_hook(self, hook: str) -> None:
-        if self._pending and not self._loading:
-            self.load_pending([n for n, (_, info) in self._pending.items() if hook in info["hooks"]])
-
-    def get_plugin(self, name: str) -> Any | None:
-        if name in self._pending:
-            self.load_pending([name])
-        return super().get_plugin(name)
-
-    def get_plugins(self) -> set[Any]:
-        self.load_pending()
-        return super().get_plugins()
-
-    def list_name_plugin(self) -> list[tuple[str, Any]]:
-        self.load_pending()
-        return super().list_name_plugin()
-
-    def register(self, plugin: Any, name: str | None = None) -> str | None:
-        if name is not None and name in self._pending and not self._loading:
-            self.load_pending([name])  # then pluggy refuses the name, as it would have with it loaded
-        return super().register(plugin, name)
-
-
-class _LazyHookRelay(pluggy.HookRelay):
-    """``pm.hook``: reading a hook loads the pending plugins that implement it first."""
-
-    __slots__ = ("_pm",)  # a slot, not in __dict__: pluggy takes every __dict__ entry for a hook
-
-    def __init__(self, pm: PluginManager) -> None:
-        super().__init__()
-        object.__setattr__(self, "_pm", pm)
-
-    def __getattribute__(self, name: str) -> Any:
-        if name.startswith("muxhost_"):
-            object.__getattribute__(self, "_pm")._load_for_hook(name)
-        return object.__getattribute__(self, name)
+            for absorb in self.on_load:
+                absorb(loaded)
 
 
 def _impls(pm: pluggy.PluginManager, hook: str) -> list[Any]:
-    """The hook's implementations among the plugins loaded now (no pending plugin is imported)."""
-    caller = vars(pm.hook).get(hook)
-    return caller.get_hookimpls() if caller is not None else []
+    return getattr(pm.hook, hook).get_hookimpls()
 
 
-def _check(pm: PluginManager) -> None:
-    """pluggy's check of every registered hook implementation (it reads every hook: no pending
-    plugin is loaded for that)."""
-    was, pm._loading = pm._loading, True
+def _check(pm: pluggy.PluginManager) -> None:
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as e:
         raise MuxhostError(f"plugin {e.plugin!r} has a hook muxhost does not know: {e}")
-    finally:
-        pm._loading = was
 
 
 def get_plugin_manager(config: "Config | None" = None, load_entrypoints: bool = True) -> PluginManager:
     """A new plugin manager with every hook spec, the built-in plugins, the config-defined agents
-    and (unless ``load_entrypoints`` is false) the installed plugin packages (pending ones among
-    them: see the module's docstring)."""
+    and (unless ``load_entrypoints`` is false) the installed plugin packages."""
     pm = PluginManager()
     pm.add_hookspecs(hookspecs)
     for name in DEFAULT_PLUGINS:
@@ -217,34 +137,33 @@ def get_plugin_manager(config: "Config | None" = None, load_entrypoints: bool = 
 
 
 def _load_entrypoints(pm: PluginManager) -> None:
-    """Register the installed entry points that ``MUXHOST_LOAD_PLUGINS`` selects — or, when the
-    registry cache knows every one of them, leave them pending. (Not pluggy's
-    ``load_setuptools_entrypoints``: it scans every distribution on each call, selects by entry point
-    name only, and its errors do not say which plugin failed.)"""
+    """Register (or leave pending) the installed entry points ``MUXHOST_LOAD_PLUGINS`` selects. (Not
+    pluggy's ``load_setuptools_entrypoints``: it scans every distribution on each call, selects by
+    entry point name only, and its errors do not say which plugin failed.)"""
     wanted = os.environ.get("MUXHOST_LOAD_PLUGINS")
     names = None if wanted is None else {n.strip() for n in wanted.split(",") if n.strip()}
     if names is not None and not names:
         return
-    cache = _Cache.load()
+    pm.cache = cache = _Cache.load()
     found: set[str] = set()
     chosen: dict[str, EntryPoint] = {}
     for ep in cache.entry_points:
         if names is not None and ep.name not in names and ep.package not in names:
             continue
         found |= {ep.name, ep.package}
-        if ep.name in chosen or pm.has_plugin(ep.name) or pm.is_blocked(ep.name):
-            continue
-        chosen[ep.name] = ep
-    infos = {n: cache.plugins.get(n) for n in chosen}
-    if chosen and len({ep.value for ep in chosen.values()}) == len(chosen) and all(
-            _still_true(infos[n], ep) for n, ep in chosen.items()):
-        for n, ep in chosen.items():
-            pm._pending[n] = (ep, infos[n])
-            pm.sources[n] = Source(n, ep.package, ep.version)
-    else:
-        for ep in chosen.values():
-            _register(pm, ep)
-        pm._fresh, pm._cache = list(chosen.values()), cache
+        if ep.name not in chosen and not pm.has_plugin(ep.name) and not pm.is_blocked(ep.name):
+            chosen[ep.name] = ep
+    twice = len({ep.value for ep in chosen.values()}) < len(chosen)  # two names, one object: up front
+    for n, ep in chosen.items():
+        info = cache.plugins.get(n)
+        if _still_true(info, ep):
+            if not twice and set(info["hooks"]) <= set(REGISTER_HOOKS):
+                pm.pending[n] = (ep, info)
+                pm.sources[n] = Source(n, ep.package, ep.version)
+                continue
+        else:
+            pm.fresh.append(ep)
+        _register(pm, ep)
     if names is not None and names - found:
         missing = ", ".join(sorted(names - found))
         raise UsageError(f"MUXHOST_LOAD_PLUGINS names {missing}, but no installed plugin has that name")
@@ -271,12 +190,9 @@ def _first_line(e: BaseException) -> str:
 
 # -- the entry point cache and the registry cache -----------------------------------------------
 class _Cache:
-    """The cache file as read (or scanned) now: the entry points, and the registry cache entry of
-    each entry-point plugin by name (only under the same fingerprint: a scan starts it empty).
-
-    An entry is ``{"ep": [name, value, package, version], "files": [[path, stat], …], "hooks": […],
-    "agents": […], "backends": […]}``: ``files`` every module file of the plugin's top-level package
-    imported by the run that wrote it (a plugin edited in place is another stat)."""
+    """The cache file as read (or scanned) now: the entry points, and what each entry-point plugin
+    showed when imported, by name (``{"ep": [name, value, package, version], "files": [[path, stat],
+    …], "hooks": […], "agents": […], "backends": […]}``; only under the same fingerprint)."""
 
     def __init__(self, path: str | None, fp: list[Any] | None, entry_points: list[EntryPoint],
                  plugins: dict[str, Any]):
@@ -284,14 +200,11 @@ class _Cache:
 
     @classmethod
     def load(cls) -> "_Cache":
-        """Every installed entry point of group ``muxhost``, in ``importlib.metadata.entry_points``
-        order: from the cache file when its fingerprint is the one of now, else from
-        ``importlib.metadata`` (then the cache is written). The fingerprint is what that scan reads:
-        each ``sys.path`` entry, the names of its ``*.dist-info`` / ``*.egg-info`` / ``*.egg``
-        children in listing order, and the stat (mtime, size, inode) of each one, of its
-        ``entry_points.txt`` and of its ``METADATA`` / ``PKG-INFO``. A package installed, removed,
-        upgraded or rewritten, or another ``sys.path`` (``PYTHONPATH``, another venv), is another
-        fingerprint: the cache never answers for it. The fingerprint is taken before the scan, so a
+        """The installed entry points of group ``muxhost``, from the cache file while its fingerprint
+        is the one of now, else from ``importlib.metadata`` (then the file is written). The
+        fingerprint is what that scan reads: each ``sys.path`` entry, its ``*.dist-info`` /
+        ``*.egg-info`` / ``*.egg`` children in listing order, with the stat of each, of its
+        ``entry_points.txt`` and of its ``METADATA`` / ``PKG-INFO``; taken before the scan, so a
         change during the scan makes the next run scan again."""
         fp = _fingerprint()
         path = _cache_path()
@@ -313,15 +226,15 @@ class _Cache:
             _write_cache(self.path, self.fp, self.entry_points, self.plugins)
 
     def remember(self, pm: PluginManager, registry: "Registry", eps: list[EntryPoint]) -> None:
-        """Keep what each of ``eps`` (loaded up front this run) showed, when its files are not
-        changing right now, and write the file when that is new."""
+        """Keep what each of ``eps`` (imported up front, unknown to the cache) showed, unless its
+        files are changing right now or its registration has call-order options."""
         changed = False
         for ep in eps:
-            plugin = pm.get_plugin(ep.name)  # (loaded up front: none is pending)
+            plugin = pm.get_plugin(ep.name)
             if plugin is None:
                 continue
             if any(_impl_opts(impl) for hook in REGISTER_HOOKS for impl in _impls(pm, hook) if impl.plugin is plugin):
-                continue  # its registration has call-order options: loaded up front, always
+                continue
             files = _module_files(ep)
             if any(st is None or st[0] > (time.time() - _RACY_SECONDS) * 1e9 for _, st in files):
                 continue
@@ -458,9 +371,8 @@ V = TypeVar("V")
 
 
 class _Provided(Mapping[str, V]):
-    """The agents (or backends) by name, in registration order: those of the loaded plugins, and the
-    ones the registry cache says a pending plugin provides. Names, ``in`` and ``len`` import nothing;
-    a value imports the plugin that provides it (:meth:`values` and :meth:`items`: every one)."""
+    """The agents (or backends) by name: the loaded plugins', and those the cache says a pending
+    plugin gives. Names, ``in`` and ``len`` import nothing; a value imports the plugin giving it."""
 
     def __init__(self, load: Callable[[Iterable[str] | None], None]):
         self._load = load
@@ -496,9 +408,7 @@ class _Provided(Mapping[str, V]):
         return len(self._owner)
 
     def _load_all(self) -> None:
-        owners = {o for o in self._owner.values() if o is not None}
-        if owners:
-            self._load(owners)
+        self._load({o for o in self._owner.values() if o is not None})
 
     def values(self) -> list[V]:  # type: ignore[override]
         self._load_all()
@@ -513,10 +423,9 @@ class _Provided(Mapping[str, V]):
 
 
 class Registry:
-    """The agents and backends the plugins registered, each with where it came from. A pending
-    plugin's (see the module's docstring) are named here from the registry cache, and the plugin is
-    imported when one of them is looked up; when two plugins would give one name, every pending
-    plugin is loaded here, so the error is the one of loading them all up front."""
+    """The agents and backends the plugins registered, each with where it came from; a pending
+    plugin's are named from the cache (when two plugins would give one name, every pending plugin
+    is imported here, so the error is the one of importing them all up front)."""
 
     def __init__(self, pm: pluggy.PluginManager):
         self.pm = pm
@@ -524,43 +433,37 @@ class Registry:
         self.agent_sources: dict[str, Source] = {}
         self.backends: _Provided[Callable[..., Any]] = _Provided(self._load)
         self.backend_sources: dict[str, Source] = {}
-        for impl in _impls(pm, "muxhost_register_agents"):
-            impl.function(register=self._agent_register(_source(pm, impl.plugin)))
-        for impl in _impls(pm, "muxhost_register_backends"):
-            impl.function(register=self._backend_register(_source(pm, impl.plugin)))
-        pending: dict[str, tuple[EntryPoint, dict[str, Any]]] = getattr(pm, "_pending", {})
+        self._absorb(None)
+        pending: dict[str, tuple[EntryPoint, dict[str, Any]]] = getattr(pm, "pending", {})
         if pending:
-            pm._on_load.append(self._absorb)  # type: ignore[attr-defined]
+            pm.on_load.append(self._absorb)  # type: ignore[attr-defined]
             given = [(kind, name) for _, info in pending.values() for kind in ("agents", "backends")
                      for name in info[kind]]
-            clash = len(set(given)) < len(given) or any(
-                name in (self.agents if kind == "agents" else self.backends) for kind, name in given)
-            if clash:
+            if len(set(given)) < len(given) or any(name in getattr(self, kind) for kind, name in given):
                 self._load(None)
             else:
                 for plugin, (_, info) in pending.items():
-                    for name in info["agents"]:
-                        self.agents._expect(name, plugin)
-                    for name in info["backends"]:
-                        self.backends._expect(name, plugin)
-        cache: _Cache | None = getattr(pm, "_cache", None)
-        if cache is not None and cache.path:
-            cache.remember(pm, self, pm._fresh)  # type: ignore[arg-type, attr-defined]
+                    for kind in ("agents", "backends"):
+                        for name in info[kind]:
+                            getattr(self, kind)._expect(name, plugin)
+        cache: _Cache | None = getattr(pm, "cache", None)
+        if cache is not None and cache.path and pm.fresh:  # type: ignore[attr-defined]
+            cache.remember(pm, self, pm.fresh)  # type: ignore[arg-type, attr-defined]
 
     def _load(self, plugins: Iterable[str] | None) -> None:
         load = getattr(self.pm, "load_pending", None)
         if load is not None:
             load(plugins)
 
-    def _absorb(self, plugins: list[Any]) -> None:
-        """Register what the plugins just loaded provide (their registration hooks, as at start)."""
+    def _absorb(self, plugins: list[Any] | None) -> None:
+        """Take what the plugins (None: every registered one) provide, by their registration hooks."""
         for impl in _impls(self.pm, "muxhost_register_agents"):
-            if any(impl.plugin is p for p in plugins):
+            if plugins is None or any(impl.plugin is p for p in plugins):
                 impl.function(register=self._agent_register(_source(self.pm, impl.plugin)))
         for impl in _impls(self.pm, "muxhost_register_backends"):
-            if any(impl.plugin is p for p in plugins):
+            if plugins is None or any(impl.plugin is p for p in plugins):
                 impl.function(register=self._backend_register(_source(self.pm, impl.plugin)))
-        names = [self.pm.get_name(p) for p in plugins]
+        names = [self.pm.get_name(p) for p in plugins or ()]
         self.agents._settle(n for n in names if n)
         self.backends._settle(n for n in names if n)
 
@@ -605,6 +508,7 @@ class Registry:
     def describe(self) -> dict[str, Any]:
         """What ``muxhost plugins --json`` prints: each agent and backend with the package, version
         and hooks of the plugin that registered it, and every plugin."""
+        self._load(None)
         plugins = []
         hooks_of: dict[str, list[str]] = {}
         for plugin in self.pm.get_plugins():

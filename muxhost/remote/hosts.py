@@ -148,9 +148,11 @@ def any_configured(cfg) -> bool:
 
 
 # -- the `hosts` verb -----------------------------------------------------------------------------
-def add_parser(cmd, json_flag) -> None:
-    """Register ``hosts add|rm|ls`` (``cmd`` and ``json_flag`` as in :func:`muxhost.cli.build_parser`)."""
-    sp = cmd("hosts", "remote hosts reached over ssh: add, rm, ls",
+def add_arguments(sp) -> None:
+    """``hosts add|rm|ls`` on the command's parser ``sp`` (:mod:`muxhost.cli.hosts`)."""
+    from muxhost.cli.output import json_flag
+
+    sp.description = (
              "Remote hosts run their own muxhost, reached with your ssh (its config, agent, keys and\n"
              "ProxyJump). REF@HOST in every verb, and `launch AGENT --host NAME`, run there; `ls` lists\n"
              "every host. Hosts come from config hosts: and from `hosts add` (kept in the state folder).")
@@ -168,7 +170,11 @@ def add_parser(cmd, json_flag) -> None:
 def command(config_path: str | None, rest: list[str]) -> int:
     from muxhost.cli import build_parser
 
-    args = build_parser("hosts").parse_args(["hosts", *rest])
+    return run(config_path, build_parser(full=False).parse_args(["hosts", *rest]))
+
+
+def run(config_path: str | None, args) -> int:
+    """``hosts ACTION`` with its parsed ``args``."""
     table = load(config_path)
     if args.hosts_command == "add":
         check_name(args.name)
@@ -218,7 +224,7 @@ def _ls(table: Hosts, as_json: bool) -> int:
     if not docs:
         print("no remote hosts (`muxhost hosts add NAME TARGET` adds one)")
         return 0
-    from muxhost.cli import _table
+    from muxhost.cli.output import table as _table
 
     rows = [[d["name"], d["ssh"], "reachable" if d["reachable"] else f"offline: {d['reason']}",
              d["version"] or "-", "-" if d["records"] is None else str(d["records"]),

@@ -66,7 +66,8 @@ class Fleet:
 
 
 def table(docs: list[dict], offline: list[tuple[str, str]], wide: bool = False) -> str:
-    from muxhost.cli import _table, short_id, short_path
+    from muxhost.cli.ls import short_id, short_path
+    from muxhost.cli.output import table as _table
 
     if not docs and not offline:
         return "no records"
@@ -93,6 +94,6 @@ def _activity(d: dict) -> str:
         return "-"
     if not isinstance(since, (int, float)):
         return str(what)
-    from muxhost.cli import _ago
+    from muxhost.cli.ls import _ago
 
     return f"{what} {_ago(time.time() - since)}"
