@@ -19,7 +19,7 @@ EXIT_CODES = """exit codes:
   4 refused (in use, or vetoed) · 5 purge incomplete (something was left)"""
 
 CORE_COMMANDS = ("launch", "ls", "show", "stop", "resume", "purge", "reconcile", "plugins", "watch",
-                 "sleep", "wake", "restore", "send", "wait", "read", "rm", "attach")
+                 "sleep", "wake", "restore", "send", "wait", "read", "rm", "attach", "ui")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -223,6 +223,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sp.add_argument("--force", action="store_true", help="remove the worktree even with uncommitted or untracked "
                     "changes (they are lost; a branch with commits is still kept)")
     json_flag(sp)
+
+    sp = cmd("ui", "the dashboard: every agent live, a preview, a key for each command (docs/ui.md)",
+             "Every record live (waiting ones first), the selected agent's screen, and keys: Enter goes to\n"
+             "the agent, i types into it, n launches, s stops, z sleeps, w wakes, r resumes, p purges (the\n"
+             "plan first, then y/n), d rm, / filters, ? help, q quits. Needs the `ui` extra (Textual).")
+    sp.add_argument("--popup", action="store_true", help="running in a tmux popup: Enter switches to the agent "
+                    "and quits (so the popup closes)")
 
     if command is not None:
         return p
@@ -725,6 +732,13 @@ def cmd_rm(host, args) -> int:
     return 0
 
 
+def cmd_ui(host, args) -> int:
+    from muxhost import ui
+    from muxhost.host import Host
+
+    return ui.run(lambda: Host(host.config, socket=args.socket, backend=args.backend), popup=args.popup)
+
+
 def cmd_reconcile(host, args) -> int:
     changes = host.reconcile()
     if args.json:
@@ -750,7 +764,7 @@ def cmd_plugins(host, args) -> int:
 COMMANDS = {"launch": cmd_launch, "ls": cmd_ls, "show": cmd_show, "stop": cmd_stop, "resume": cmd_resume,
             "purge": cmd_purge, "reconcile": cmd_reconcile, "plugins": cmd_plugins, "watch": cmd_watch,
             "sleep": cmd_sleep, "wake": cmd_wake, "restore": cmd_restore, "send": cmd_send, "wait": cmd_wait,
-            "read": cmd_read, "rm": cmd_rm, "attach": cmd_attach}
+            "read": cmd_read, "rm": cmd_rm, "attach": cmd_attach, "ui": cmd_ui}
 
 
 _GLOBAL_OPTIONS = ("--config", "--socket", "--backend")
