@@ -368,30 +368,30 @@ def test_ui_without_textual_says_how_to_install(tmp_path):
 def test_end_to_end_in_a_tmux_pane(mux):
     """`muxhost ui` in a pane of a private tmux server, real keys, the screen read back: Enter jumps
     to the agent's pane, z then w sleeps and wakes it, p y purges it."""
-    lv = mux.ok("launch", "demo", "--name", "e2e", "--json")
+    lv = mux.ok("launch", "demo", "--name", "endtoend", "--json")
     conv = mux.home / ".local/share/muxhost-demo/conversations" / f"{lv['conversation_id']}.jsonl"
     assert conv.exists()
     env = " ".join(f"{k}={v}" for k, v in mux.env.items() if k.startswith(("MUXHOST_", "HOME", "TERM", "LANG")))
     mux.tmux("new-session", "-d", "-s", "dash", "-x", "120", "-y", "32",
              f"env {env} {sys.executable} -m muxhost ui; sleep 30")
     dash = mux.tmux("display-message", "-p", "-t", "dash", "#{pane_id}")[0]
-    mux.wait_screen(dash, "e2e", timeout=30)
+    mux.wait_screen(dash, "endtoend", timeout=30)
     mux.wait_screen(dash, "idle", timeout=30)
     # a client on the dashboard's session, so that Enter has a client to switch
     from muxhost.testing import TmuxClient
 
     client = TmuxClient(mux.socket, "dash", mux.env, cols=120, rows=32)
     try:
-        client.wait_text("e2e", timeout=20)
+        client.wait_text("endtoend", timeout=20)
         mux.tmux("send-keys", "-t", dash, "Enter")
-        wait_for(lambda: mux.tmux("list-clients", "-F", "#{client_session}") == [lv["session"]], timeout=20,
-                 what="the client on the agent's session")
+        wait_for(lambda: mux.tmux("list-clients", "-F", "#{client_session} #{pane_id}") == [f"{lv['session']} {lv['pane']}"],
+                 timeout=20, what="the client on the agent's pane")
         mux.tmux("switch-client", "-t", "dash")
         mux.tmux("send-keys", "-t", dash, "z")
-        mux.wait_screen(dash, f"asleep: e2e", timeout=30)
-        assert "asleep" in mux.capture(lv["pane"])  # the stub
+        mux.wait_screen(dash, "asleep: endtoend", timeout=30)
+        mux.wait_screen(lv["pane"], "is asleep since", timeout=30)  # the stub
         mux.tmux("send-keys", "-t", dash, "w")
-        mux.wait_screen(dash, "woke e2e", timeout=30)
+        mux.wait_screen(dash, "woke endtoend", timeout=30)
         mux.wait_screen(lv["pane"], "resumed conversation", timeout=30)
         mux.tmux("send-keys", "-t", dash, "p")
         mux.wait_screen(dash, "for good?", timeout=30)

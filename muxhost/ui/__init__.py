@@ -24,6 +24,31 @@ def have_textual() -> bool:
     return True
 
 
+def _first_look(feed) -> Callable[[], Any]:
+    """``feed``'s first look, taken in a thread of its own from now on (while Textual is imported
+    and starts); the returned function waits for it (and raises its error)."""
+    import threading
+
+    out: dict[str, Any] = {}
+
+    def take() -> None:
+        try:
+            out["look"] = feed.look()
+        except BaseException as e:  # (the dashboard says it in its status line)
+            out["error"] = e
+
+    thread = threading.Thread(target=take, name="muxhost-ui-first", daemon=True)
+    thread.start()
+
+    def give() -> Any:
+        thread.join()
+        if "error" in out:
+            raise out["error"]
+        return out["look"]
+
+    return give
+
+
 def run(make_host: Callable[[], Any], popup: bool = False) -> int:
     """Run the dashboard until ``q``; Enter outside tmux then execs the attach (this terminal
     becomes a tmux client on the agent's pane)."""
@@ -33,11 +58,14 @@ def run(make_host: Callable[[], Any], popup: bool = False) -> int:
         raise MuxhostError("the dashboard needs a terminal (stdin and stdout); `muxhost ls` prints the table")
     import libtmux  # noqa: F401  (it reads sys.stdout.encoding when imported: before Textual replaces stdout)
 
+    from muxhost.ui import ops
+
+    feed = ops.Feed(ops.Hosts(make_host))
+    first = _first_look(feed)
     from muxhost.ui.app import Dashboard
 
-    host = make_host()
-    b = host.current()
-    app = Dashboard(make_host, popup=popup, where=f"{b.name} {b.where()}")
+    b = make_host().current()
+    app = Dashboard(make_host, popup=popup, where=f"{b.name} {b.where()}", feed=feed, first=first)
     app.run()
     if app.attach_argv:
         sys.stdout.flush()

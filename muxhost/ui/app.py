@@ -41,9 +41,14 @@ KEYS = [
     ("?", "this help"),
     ("q", "quit"),
 ]
+COLUMNS = ("status", "name", "agent", "conv", "where")
 #: below this width the preview goes under the table, not beside it
 WIDE = 140
 PREVIEW_LINES = 200
+#: seconds between two redraws of the durations ("idle 12m") from the last look
+TICK = 10.0
+#: seconds the cursor rests on a row before its screen is read
+PREVIEW_REST = 0.15
 
 
 class HelpScreen(ModalScreen[None]):
@@ -145,6 +150,7 @@ class Dashboard(App):
     """``muxhost ui``."""
 
     TITLE = "muxhost"
+    ENABLE_COMMAND_PALETTE = False
     CSS = """
     Screen { layout: vertical; }
     #top { height: 1; background: $panel; color: $text; padding: 0 1; }
@@ -179,10 +185,11 @@ class Dashboard(App):
     ]
 
     def __init__(self, make_host: Callable[[], Any], *, popup: bool = False, where: str = "",
-                 env: dict[str, str] | None = None, cwd: str | None = None):
+                 env: dict[str, str] | None = None, cwd: str | None = None,
+                 feed: ops.Feed | None = None, first: Callable[[], ops.Look] | None = None):
         super().__init__()
-        self.hosts = ops.Hosts(make_host)
-        self.feed = ops.Feed(self.hosts)
+        self.feed = feed or ops.Feed(ops.Hosts(make_host))
+        self.hosts = self.feed.hosts
         self.popup, self.where = popup, where
         self.env = dict(os.environ if env is None else env)
         self.cwd = cwd or os.getcwd()
@@ -195,12 +202,18 @@ class Dashboard(App):
         self.pending: dict[int, str] = {}  # action number -> what it is doing
         self._n = 0
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="muxhost-ui")
-        self._wake = threading.Event()
+        self._wake = threading.Event()  # the feed's thread: look at the preview (and the probe) now
+        self._look_now = False  # ... and take a full look (an action ended)
         self._quit = threading.Event()
         self._preview_of: tuple | None = None  # (record id, its pane's marks) the preview shows
         self._extra: str | None = None  # what a key put into the preview (the diff stat)
         self.attach_argv: list[str] | None = None  # Enter outside tmux: exec'd after the dashboard ends
         self.looks = 0
+        self._drawn_keys: list[str] = []
+        self._drawn: list[tuple] = []
+        self._selected_at = 0.0
+        self._top = ""
+        self._first = first  # the first look, started before Textual was (see muxhost.ui.run)
 
     # -- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -215,13 +228,12 @@ class Dashboard(App):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        for key, label in (("status", "STATUS"), ("name", "NAME"), ("agent", "AGENT"), ("conv", "CONVERSATION"),
-                           ("where", "FOLDER / BRANCH")):
+        for key, label in zip(COLUMNS, ("STATUS", "NAME", "AGENT", "CONVERSATION", "FOLDER / BRANCH")):
             table.add_column(label, key=key)
         table.focus()
         self._layout(self.size.width)
         self._header()
-        self.set_interval(5.0, self._tick)
+        self.set_interval(TICK, self._tick)
         threading.Thread(target=self._feed_loop, name="muxhost-ui-feed", daemon=True).start()
 
     def on_resize(self, event) -> None:
@@ -237,10 +249,14 @@ class Dashboard(App):
 
     # -- the feed ------------------------------------------------------------------------------
     def _feed_loop(self) -> None:
-        force = True
+        force = self._first is None
         while not self._quit.is_set():
             try:
-                if self.feed.due(force):
+                if self._first is not None:
+                    look, self._first = self._first(), None
+                    self.looks += 1
+                    self._call(self._show_look, look)
+                elif self.feed.due(force):
                     look = self.feed.look()
                     self.looks += 1
                     self._call(self._show_look, look)
@@ -249,8 +265,9 @@ class Dashboard(App):
                 self._call(self._status, f"muxhost: {e}", True)
             except Exception as e:  # never a traceback: the dashboard goes on, and says why it could not look
                 self._call(self._status, f"muxhost: internal error: {type(e).__name__}: {e}", True)
-            force = self._wake.wait(ops.PROBE_EVERY)
+            self._wake.wait(PREVIEW_REST if self._preview_due() else ops.PROBE_EVERY)
             self._wake.clear()
+            force, self._look_now = self._look_now, False
 
     def _call(self, fn, *args) -> None:
         if self._quit.is_set():
@@ -260,13 +277,18 @@ class Dashboard(App):
         except RuntimeError:  # the app is closing
             pass
 
-    def _refresh_preview(self) -> None:
+    def _preview_due(self) -> bool:
+        """The preview shows another record, or its pane printed since (and no diff is shown)."""
         rid = self.selected
-        marks = self.feed_marks.get(rid) if rid else None
-        want = (rid, marks)
-        if rid is None or want == self._preview_of or self._extra is not None:
+        return rid is not None and self._extra is None and (rid, self.feed_marks.get(rid)) != self._preview_of
+
+    def _refresh_preview(self) -> None:
+        """The selected agent's screen again, when due and once the cursor rested a moment (moving
+        down ten rows reads one screen, not ten)."""
+        rid = self.selected
+        if not self._preview_due() or time.monotonic() - self._selected_at < PREVIEW_REST:
             return
-        self._preview_of = want
+        self._preview_of = (rid, self.feed_marks.get(rid))
         try:
             text = ops.preview(self.hosts.get(), rid, PREVIEW_LINES)
         except MuxhostError as e:
@@ -285,27 +307,43 @@ class Dashboard(App):
         elif self.query_one("#status", Static).content == "starting…":
             self._status(f"{len(look.rows)} record(s) · ? shows the keys")
 
+    def _cells(self, r: Row, now: float, ids: list[str], width: int) -> tuple:
+        """A row's cells as (text, style) pairs: compared with what the table shows, then drawn."""
+        return ((f"{SYMBOL.get(r.status, ' ')} {r.how_long(now)}", STYLE.get(r.status, "")),
+                (r.name, "bold" if r.status == "waiting" else ""), (r.agent, ""),
+                (short_conversation(r, ids), "" if r.resumable or r.state == "running" else "dim"),
+                (r.where(width), "magenta" if r.branch else ""))
+
     def _render_rows(self) -> None:
+        """The table from :attr:`rows`: in place, cell by cell, while the same rows stay in the same
+        order (a look that changed one status redraws one cell); else built again."""
         table = self.query_one(DataTable)
         self.shown = ordered(self.rows, self.filter_text)
         now = time.time()
         ids = [r.conversation for r in self.shown if r.conversation]
         width = self._where_width()
-        keep = self.selected
-        table.clear()
-        for r in self.shown:
-            table.add_row(Text(f"{SYMBOL.get(r.status, ' ')} {r.how_long(now)}", style=STYLE.get(r.status, "")),
-                          Text(r.name, style="bold" if r.status == "waiting" else ""), r.agent,
-                          short_conversation(r, ids), Text(r.where(width), style="magenta" if r.branch else ""),
-                          key=r.id)
-        index = next((i for i, r in enumerate(self.shown) if r.id == keep), None)
-        if index is not None:
-            table.move_cursor(row=index, animate=False)
-        elif self.shown:
-            table.move_cursor(row=min(table.cursor_row, len(self.shown) - 1), animate=False)
-            self._select(self.shown[table.cursor_row].id)
+        cells = [self._cells(r, now, ids, width) for r in self.shown]
+        keys = [r.id for r in self.shown]
+        if keys == self._drawn_keys:
+            with self.batch_update():  # (one repaint for them all)
+                for key, new, old in zip(keys, cells, self._drawn):
+                    for column, a, b in zip(COLUMNS, new, old):
+                        if a != b:
+                            table.update_cell(key, column, Text(a[0], style=a[1]))
         else:
-            self._select(None)
+            keep = self.selected
+            table.clear()
+            for key, row in zip(keys, cells):
+                table.add_row(*(Text(text, style=style) for text, style in row), key=key)
+            index = next((i for i, r in enumerate(self.shown) if r.id == keep), None)
+            if index is not None:
+                table.move_cursor(row=index, animate=False)
+            elif self.shown:
+                table.move_cursor(row=min(table.cursor_row, len(self.shown) - 1), animate=False)
+                self._select(self.shown[table.cursor_row].id)
+            else:
+                self._select(None)
+        self._drawn_keys, self._drawn = keys, cells
 
     def _header(self) -> None:
         top = Text()
@@ -314,10 +352,12 @@ class Dashboard(App):
         top.append(counts(self.rows), style="bold")
         if self.filter_text:
             top.append(f"   filter: {self.filter_text} ({len(self.shown)} of {len(self.rows)})", style="yellow")
-        right = f"{self.where}  {time.strftime('%H:%M:%S', time.localtime(self.looked_at))}" if self.looked_at else self.where
+        right = f"{self.where}  {time.strftime('%H:%M', time.localtime(self.looked_at))}" if self.looked_at else self.where
         pad = max(1, self.size.width - 2 - len(top.plain) - len(right))
         top.append(" " * pad + right, style="dim")
-        self.query_one("#top", Static).update(top)
+        if top.plain != self._top:  # (a repaint only when it reads otherwise)
+            self._top = top.plain
+            self.query_one("#top", Static).update(top)
 
     def _tick(self) -> None:
         """The durations move on ("idle 12m"): the table again, with what the last look found."""
@@ -327,21 +367,27 @@ class Dashboard(App):
     def _show_preview(self, rid: str, text: str) -> None:
         if rid != self.selected:
             return
+        self._title(rid)
+        box = self.query_one("#preview-text", Static)
+        if str(box.content) != text:
+            box.update(Text(text))
+            self.query_one("#preview", VerticalScroll).scroll_end(animate=False)
+
+    def _title(self, rid: str | None) -> None:
         row = next((r for r in self.rows if r.id == rid), None)
         box = self.query_one("#preview", VerticalScroll)
-        box.border_title = f"{row.name} · {row.pane or 'no pane'}" if row else rid
+        box.border_title = (f"{row.name} · {row.pane or 'no pane'}" if row else rid) if rid else ""
         box.border_subtitle = "g: git diff --stat" if row and row.worktree else ""
-        self.query_one("#preview-text", Static).update(Text(text))
-        box.scroll_end(animate=False)
 
     def _select(self, rid: str | None) -> None:
         if rid != self.selected:
             self.selected = rid
+            self._selected_at = time.monotonic()
             self._extra = None
             self._preview_of = None
+            self._title(rid)  # (at once; its screen follows from the feed's thread)
             if rid is None:
                 self.query_one("#preview-text", Static).update("")
-                self.query_one("#preview", VerticalScroll).border_title = ""
             self._wake.set()
 
     @on(DataTable.RowHighlighted)
@@ -353,7 +399,8 @@ class Dashboard(App):
     def _status(self, text: str, error: bool = False) -> None:
         status = self.query_one("#status", Static)
         status.set_class(error, "error")
-        status.update(Text(text))
+        if str(status.content) != text:
+            status.update(Text(text))
 
     def _run(self, doing: str, fn: Callable[..., Any], *args, then: Callable[[Any], None] | None = None) -> None:
         """``fn(host, *args)`` in a worker thread; its message (or error) into the status line."""
@@ -382,7 +429,8 @@ class Dashboard(App):
             self._status("")
         if then is not None:
             then(result)
-        self._wake.set()  # look again now
+        self._look_now = True  # look again now
+        self._wake.set()
 
     def _current(self) -> Row | None:
         return next((r for r in self.shown if r.id == self.selected), None)

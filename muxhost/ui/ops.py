@@ -187,7 +187,9 @@ def preview(host, rid: str, lines: int) -> str:
 PROBE_EVERY = 1.0
 #: seconds after which a look is taken even when the probe saw nothing change (activity ages: idle
 #: turns to stalled, `since` moves; a plugin's answer may change without output)
-LOOK_EVERY = 10.0
+LOOK_EVERY = 15.0
+#: seconds at least between two looks the probe asked for (agents at work print all the time)
+LOOK_GAP = 2.0
 
 
 @dataclass
@@ -219,15 +221,19 @@ class Feed:
         panes = []
         for server in sorted(self.servers | {host.server}, key=str):
             snap = host.backend(server[1], server[0]).snapshot()
+            # (only the records' panes: the dashboard's own pane, beside them, prints at each redraw)
             panes.append(None if snap is None else tuple(
                 (p.pane_id, p.record, p.dead, p.last_output, p.output_mark, p.activity, p.activity_since)
-                for p in snap))
+                for p in snap if p.record))
         return host.store.version(), tuple(panes)
 
     def due(self, force: bool = False) -> bool:
         """Whether a full look is due now (probing when none is forced)."""
-        if force or time.monotonic() - self._looked >= LOOK_EVERY:
+        since = time.monotonic() - self._looked
+        if force or since >= LOOK_EVERY:
             return True
+        if since < LOOK_GAP:
+            return False
         try:
             return self.probe() != self._signature
         except MuxhostError:
