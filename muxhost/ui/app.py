@@ -45,8 +45,6 @@ COLUMNS = ("status", "name", "agent", "conv", "where")
 #: below this width the preview goes under the table, not beside it
 WIDE = 140
 PREVIEW_LINES = 200
-#: seconds between two redraws of the durations ("idle 12m") from the last look
-TICK = 10.0
 #: seconds the cursor rests on a row before its screen is read
 PREVIEW_REST = 0.15
 
@@ -213,6 +211,7 @@ class Dashboard(App):
         self._drawn: list[tuple] = []
         self._selected_at = 0.0
         self._top = ""
+        self._short: tuple[tuple, dict[str, str]] = ((), {})
         self._first = first  # the first look, started before Textual was (see muxhost.ui.run)
 
     # -- layout --------------------------------------------------------------------------------
@@ -231,9 +230,9 @@ class Dashboard(App):
         for key, label in zip(COLUMNS, ("STATUS", "NAME", "AGENT", "CONVERSATION", "FOLDER / BRANCH")):
             table.add_column(label, key=key)
         table.focus()
+        self.install_screen(HelpScreen(), name="help")  # (made once: ? opens it at once)
         self._layout(self.size.width)
         self._header()
-        self.set_interval(TICK, self._tick)
         threading.Thread(target=self._feed_loop, name="muxhost-ui-feed", daemon=True).start()
 
     def on_resize(self, event) -> None:
@@ -307,11 +306,11 @@ class Dashboard(App):
         elif self.query_one("#status", Static).content == "starting…":
             self._status(f"{len(look.rows)} record(s) · ? shows the keys")
 
-    def _cells(self, r: Row, now: float, ids: list[str], width: int) -> tuple:
+    def _cells(self, r: Row, now: float, short: dict[str, str], width: int) -> tuple:
         """A row's cells as (text, style) pairs: compared with what the table shows, then drawn."""
         return ((f"{SYMBOL.get(r.status, ' ')} {r.how_long(now)}", STYLE.get(r.status, "")),
                 (r.name, "bold" if r.status == "waiting" else ""), (r.agent, ""),
-                (short_conversation(r, ids), "" if r.resumable or r.state == "running" else "dim"),
+                (short.get(r.conversation or "", "-"), "" if r.resumable or r.state == "running" else "dim"),
                 (r.where(width), "magenta" if r.branch else ""))
 
     def _render_rows(self) -> None:
@@ -320,9 +319,11 @@ class Dashboard(App):
         table = self.query_one(DataTable)
         self.shown = ordered(self.rows, self.filter_text)
         now = time.time()
-        ids = [r.conversation for r in self.shown if r.conversation]
+        ids = tuple(r.conversation for r in self.rows if r.conversation)
+        if ids != self._short[0]:  # (each id against every other: once per set of ids, not per redraw)
+            self._short = (ids, {c: short_conversation(c, ids) for c in ids})
         width = self._where_width()
-        cells = [self._cells(r, now, ids, width) for r in self.shown]
+        cells = [self._cells(r, now, self._short[1], width) for r in self.shown]
         keys = [r.id for r in self.shown]
         if keys == self._drawn_keys:
             with self.batch_update():  # (one repaint for them all)
@@ -358,11 +359,6 @@ class Dashboard(App):
         if top.plain != self._top:  # (a repaint only when it reads otherwise)
             self._top = top.plain
             self.query_one("#top", Static).update(top)
-
-    def _tick(self) -> None:
-        """The durations move on ("idle 12m"): the table again, with what the last look found."""
-        if any(r.since is not None for r in self.shown):
-            self._render_rows()
 
     def _show_preview(self, rid: str, text: str) -> None:
         if rid != self.selected:
@@ -559,7 +555,7 @@ class Dashboard(App):
             self._wake.set()
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        self.push_screen("help")
 
     def check_action(self, action: str, parameters) -> bool | None:
         # while the filter box is open, letters are the filter's

@@ -98,8 +98,8 @@ def counts(rows: list[Row]) -> str:
     return " · ".join(f"{n[s]} {s}" for s in ORDER if n.get(s)) or "no agents"
 
 
-def short_conversation(row: Row, others: list[str]) -> str:
-    """The conversation id as ``ls`` cuts it (like git's short commits)."""
+def short_conversation(cid: str, others) -> str:
+    """A conversation id as ``ls`` cuts it (like git's short commits)."""
     from muxhost.cli import short_id
 
-    return short_id(row.conversation, others) if row.conversation else "-"
+    return short_id(cid, others)
