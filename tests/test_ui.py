@@ -199,6 +199,9 @@ def test_every_key_runs_the_lifecycle_of_an_agent(world):
             assert conv.exists() and row(app, "alpha").state == "running"
             await pilot.press("p")
             await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the purge plan")
+            await pilot.press("s", "z", "d", "q")  # the table's keys do nothing under the question
+            await pilot.pause(0.5)
+            assert isinstance(app.screen, ConfirmScreen) and not app.pending and row(app, "alpha").state == "running"
             await pilot.press("y")
             await settled(pilot, "alpha", "stopped")
             assert not conv.exists() and "purged demo conversation " + alpha.conversation in status(app)

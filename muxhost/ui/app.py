@@ -558,12 +558,16 @@ class Dashboard(App):
         self.push_screen("help")
 
     def check_action(self, action: str, parameters) -> bool | None:
-        # while the filter box is open, letters are the filter's
-        if action not in ("clear_filter",) and self.is_mounted and self.query("#filter.on"):
-            focused = self.focused
-            if isinstance(focused, Input):
-                return False
-        return True
+        """The dashboard's keys act on the table only: not under a form or a question (their own
+        keys answer there: an `s` typed into the purge question stops nothing), nor while the
+        filter box takes the letters."""
+        if action not in self._OWN:
+            return True
+        if len(self.screen_stack) > 1:
+            return False
+        return not (self.is_mounted and isinstance(self.focused, Input))
+
+    _OWN = {"send", "launch", "simple", "purge", "rm", "diff", "filter", "help", "quit", "cursor"}
 
     async def action_quit(self) -> None:
         self.exit()
