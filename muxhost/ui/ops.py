@@ -183,8 +183,9 @@ def preview(host, rid: str, lines: int) -> str:
 
 
 # -- the feed --------------------------------------------------------------------------------------
-#: seconds between two probes (one pane query per server, no process table)
-PROBE_EVERY = 1.0
+#: seconds between two probes (one pane query per server, no process table: ~15 ms of CPU, tmux's
+#: share included, at 100 agents)
+PROBE_EVERY = 2.0
 #: seconds after which a look is taken even when the probe saw nothing change (activity ages: idle
 #: turns to stalled, `since` moves; a plugin's answer may change without output)
 LOOK_EVERY = 15.0
