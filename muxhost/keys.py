@@ -1,5 +1,6 @@
 """The purge key: prefix + P purges the conversation of the agent in the current pane (and the
-waiting key, prefix + W: to the agent that has waited longest, as ``muxhost watch`` publishes it).
+waiting key, prefix + W: to the agent that has waited longest, as ``muxhost watch`` publishes it;
+and the dashboard key, prefix + M: ``muxhost ui`` in a popup).
 
 The printed tmux lines do three things, all inside the key's own tmux command queue (the commands
 are the built-in plugin :mod:`muxhost.plugins.purge_key`):
@@ -49,13 +50,16 @@ def _check_key(flag: str, key: str) -> None:
         raise UsageError(f"{flag} {key!r}: give one tmux key name, like P or M-p")
 
 
-def bindings(key: str = "P", socket: str | None = None, wait_key: str = "W") -> str:
+def bindings(key: str = "P", socket: str | None = None, wait_key: str = "W", ui_key: str = "M") -> str:
     _check_key("--key", key)
     _check_key("--wait-key", wait_key)
-    if wait_key == key:
-        from muxhost.errors import UsageError
+    _check_key("--ui-key", ui_key)
+    for (a, x), (b, y) in ((("--key", key), ("--wait-key", wait_key)), (("--key", key), ("--ui-key", ui_key)),
+                           (("--wait-key", wait_key), ("--ui-key", ui_key))):
+        if x == y:
+            from muxhost.errors import UsageError
 
-        raise UsageError(f"--key and --wait-key are both {key!r}")
+            raise UsageError(f"{a} and {b} are both {x!r}")
     if socket is not None and any(ord(c) < 32 or c == "\x7f" for c in socket):
         from muxhost.errors import UsageError  # (a newline in it would be a line of tmux config)
 
@@ -76,7 +80,8 @@ bind-key {key} if-shell {_tmux_quoted(prepare)} {{
     run-shell {_tmux_quoted(purge)}
   }}
 }}
-{waiting_key(wait_key, mux)}"""
+{waiting_key(wait_key, mux)}
+{ui_key_lines(ui_key, mux)}"""
 
 
 def _load_lines(socket: str | None, key: str) -> str:
@@ -114,6 +119,15 @@ bind-key {key} if-shell -F {_tmux_quoted("#{" + WAITING_OPTION + "}")} {{
 }} {{
   display-message "muxhost: no agent is waiting (is muxhost watch running?)"
 }}"""
+
+
+def ui_key_lines(key: str, mux: str) -> str:
+    """prefix + ``key``: the dashboard (``muxhost ui --popup``) in a tmux popup; Enter there
+    switches the client to the agent's pane and closes the popup."""
+    return f"""
+# muxhost dashboard key: prefix + {key} opens `muxhost ui` in a popup (needs the ui extra: pip install
+# 'muxhost[ui]'); Enter there goes to the agent and closes it, q closes it. Remove: tmux unbind-key {key}
+bind-key {key} display-popup -E -w 90% -h 85% -d '#{{pane_current_path}}' {_tmux_quoted(f"{mux} ui --popup")}"""
 
 
 def move_client_first(host, backend, pane_id: str, client: str) -> str | None:

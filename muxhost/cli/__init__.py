@@ -43,6 +43,7 @@ COMMANDS = {
     "read": "print the agent's screen as plain text",
     "rm": "forget a stopped record and remove the git worktree muxhost made for it",
     "hosts": "remote hosts reached over ssh: add, rm, ls",
+    "ui": "the dashboard: every agent live, a preview, a key for each command (docs/ui.md)",
 }
 CORE_COMMANDS = tuple(COMMANDS)
 

@@ -22,7 +22,7 @@ from muxhost.errors import INCOMPLETE, MuxhostError, UsageError
 def cmd_tmux_bindings(args) -> int:
     from muxhost.keys import bindings
 
-    print(bindings(args.key, socket=args.host.socket, wait_key=args.wait_key))
+    print(bindings(args.key, socket=args.host.socket, wait_key=args.wait_key, ui_key=args.ui_key))
     return 0
 
 
@@ -112,11 +112,14 @@ def muxhost_register_commands(subparsers):
         description="Print tmux lines that bind prefix + KEY (default P) to purge the conversation of the\n"
                     "agent in the current pane: it asks first, stops the agent with the whole ladder, purges\n"
                     "the conversation and its children, and shows the outcome in tmux. Also prefix + W: jump\n"
-                    "to the agent that has waited longest (from `muxhost watch`), and how to start the watch.",
+                    "to the agent that has waited longest (from `muxhost watch`), and how to start the watch; and\n"
+                    "prefix + M: the dashboard (`muxhost ui`) in a popup.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sp.add_argument("--key", default="P", help="the key after the prefix (default: P)")
     sp.add_argument("--wait-key", default="W", metavar="KEY",
                     help="the key that jumps to the agent waiting longest (default: W; needs `muxhost watch`)")
+    sp.add_argument("--ui-key", default="M", metavar="KEY",
+                    help="the key that opens the dashboard, `muxhost ui`, in a popup (default: M)")
     sp.set_defaults(func=cmd_tmux_bindings)
     sp = subparsers.add_parser("purge-key", description="The purge key's steps, as tmux runs them "
                                "(see `muxhost tmux-bindings`).")
