@@ -17,10 +17,12 @@ Each operation is a module with its own object, given the core and the operation
   → veto → carried out, under the conversation's lock; ``--stop``: the ladder first;
 - :mod:`muxhost.sleeping` (``Sleeping``): sleep (the ladder, keeping the pane) and wake (resume);
 - :mod:`muxhost.restoring` (``Restoring``): restore after the pane server died;
-- :mod:`muxhost.fleet` (``Scripting``): send, read; ``wait`` is here (it runs a watch on the host);
+- :mod:`muxhost.fleet` (``Scripting``): send, read; ``wait`` is :meth:`Host.wait`, over :class:`muxhost.passes.Poller`;
 - :mod:`muxhost.worktrees` (``Removal``): ``rm``, and the worktree of ``launch --worktree``;
 - :mod:`muxhost.activity` (``ActivityOps``): what each agent is doing, by one look;
-- :mod:`muxhost.watching` (``WatchOps``, ``Watch``): **the watch pass**, run on the host.
+- :mod:`muxhost.passes`: **the watch pass** — observe (one pane query, one process pass, the screens that
+  moved) → judge (pure) — shared by the watch and ``wait``;
+- :mod:`muxhost.watching` (``WatchOps``, ``Watch``): the watch: a pass per interval, then publish.
 """
 
 from __future__ import annotations

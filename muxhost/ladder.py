@@ -266,7 +266,7 @@ class Ladder:
                         except MuxhostError:
                             pass
         # 2. wait for every process of each agent to end, up to its exit grace (--grace, else the
-        # agent's own: Host.exit_grace), or until it shows it did not take the exit text
+        # agent's own: Core.exit_grace), or until it shows it did not take the exit text
         graces = {id(t): self.core.exit_grace(t.agent) if grace is None else grace for t in typed}
         for t in self._wait_gone(typed, lambda t: t.victims, lambda t: graces[id(t)], grow=True, watch=watch):
             done(t, "exit")

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from muxhost.errors import ConfigError, MuxhostError, NotFound, UsageError
+from muxhost.errors import MuxhostError, NotFound, UsageError
 
 DEFAULT_TIMEOUT = 5.0
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")

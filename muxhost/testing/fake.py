@@ -25,7 +25,7 @@ class FakeBackend(Backend):
         self.meta: dict[str, dict] = {}
         self.calls: list[tuple] = []
         self._pending: dict[str, str] = {}
-        self.screens: dict[str, list[str]] = {}  # pane -> the lines its program printed
+        self.printed: dict[str, list[str]] = {}  # pane -> the lines its program printed
 
     def snapshot(self):
         self.calls.append(("snapshot",))
@@ -39,7 +39,7 @@ class FakeBackend(Backend):
                                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                                 errors="replace", start_new_session=True)
         self.meta[pane] = {"name": name, "record": options.get("@muxhost_record"), "agent": options.get("@muxhost_agent")}
-        self.screens[pane] = screen = []
+        self.printed[pane] = screen = []
         threading.Thread(target=lambda: screen.extend(p.stdout), daemon=True).start()  # what it prints
         return self.snapshot()[-1], True
 
@@ -65,7 +65,7 @@ class FakeBackend(Backend):
 
     def capture(self, pane_id):
         """The last 50 lines the pane's program printed (its screen, roughly)."""
-        return "".join(self.screens.get(pane_id, [])[-50:])
+        return "".join(self.printed.get(pane_id, [])[-50:])
 
     def kill_pane(self, pane_id):
         self.calls.append(("kill_pane", pane_id))

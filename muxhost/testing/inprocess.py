@@ -21,7 +21,7 @@ from muxhost.testing.helpers import Result
 _SIGNALS = tuple(getattr(signal, s) for s in ("SIGTERM", "SIGINT", "SIGHUP", "SIGPIPE", "SIGCHLD", "SIGALRM",
                                                  "SIGUSR1", "SIGUSR2", "SIGQUIT", "SIGTSTP") if hasattr(signal, s))
 # commands that leave the process (attach execs tmux) or run until signalled (watch): subprocesses
-SUBPROCESS_COMMANDS = frozenset({"attach", "watch"})
+SUBPROCESS_COMMANDS = frozenset({"attach", "watch", "ui"})
 _LOCK = threading.Lock()
 
 
