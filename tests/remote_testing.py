@@ -22,6 +22,12 @@ from pathlib import Path
 import pytest
 
 SSHD = "/usr/sbin/sshd"
+# the account tools live in sbin, which a scrubbed PATH (CI's, cron's) may not name
+SBIN = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+
+
+def _tool(name: str) -> str | None:
+    return shutil.which(name, path=SBIN)
 
 
 def free_port() -> int:
@@ -35,7 +41,7 @@ def need_root() -> None:
         pytest.skip("the remote-host tests need root (a second local user, an sshd); CI runs as root")
     if not os.path.exists(SSHD) or not shutil.which("ssh"):
         pytest.skip("openssh-server and openssh-client are not installed (./dev test installs them as root)")
-    if not shutil.which("useradd"):
+    if not _tool("useradd") or not _tool("userdel"):
         pytest.skip("no useradd on this machine")
 
 
@@ -94,7 +100,7 @@ class RemoteUser:
 
     def __init__(self, name: str, root: Path):
         self.name = name
-        subprocess.run(["useradd", "--create-home", "--home-dir", str(root / name), "--shell", "/bin/sh",
+        subprocess.run([_tool("useradd"), "--create-home", "--home-dir", str(root / name), "--shell", "/bin/sh",
                         "--no-user-group", "--gid", "nogroup", "--password", "*", name],
                        check=True, capture_output=True)  # (a locked account, "!", may not log in)
         entry = pwd.getpwnam(name)
@@ -122,7 +128,7 @@ class RemoteUser:
                     p.send_signal(signal.SIGKILL)
             except psutil.Error:
                 pass
-        subprocess.run(["userdel", "--remove", self.name], capture_output=True)
+        subprocess.run([_tool("userdel"), "--remove", self.name], capture_output=True)
 
 
 def authorized_key(user: RemoteUser, folder: Path) -> Path:

@@ -8,19 +8,24 @@ calls a hook of this plugin imports this module) and, after a launch or resume o
 
 from __future__ import annotations
 
+import functools
+
 from muxhost.api import hookimpl
 
-_made: dict = {}  # socket path -> HerdrBackend: one ping per server and process
+@functools.lru_cache(maxsize=None)
+def _made(path: str):
+    """The :class:`~muxhost_herdr.backend.HerdrBackend` of the server at ``path``: one ping per server
+    and process (a ``functools`` cache, so muxhost's in-process test runs start without it)."""
+    from muxhost_herdr.backend import HerdrBackend
+
+    return HerdrBackend(path)
 
 
 def factory(address=None, config=None):
     """The backend of the herdr server at socket ``address`` (None: where herdr itself looks)."""
-    from muxhost_herdr.backend import HerdrBackend, default_socket
+    from muxhost_herdr.backend import default_socket
 
-    path = address or default_socket()
-    if path not in _made:
-        _made[path] = HerdrBackend(path, config)
-    return _made[path]
+    return _made(address or default_socket())
 
 
 def _resolve_address(given, config=None):
