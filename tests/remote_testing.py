@@ -3,7 +3,8 @@
 The sshd runs with its own host key and config in a temp folder (never the system's), on a free
 port, accepting one key made for the test; the remote user has its own HOME, state folder and tmux
 server, and runs this checkout's muxhost (the test venv's python -m muxhost). Needs root (useradd,
-sshd): a test skips with the reason otherwise.
+sshd), OpenSSH and a checkout other users may read: a test skips with the reason otherwise, and fails
+with it in CI (``CI=true``), which provides all of them (.ci/run runs as root, ./dev installs OpenSSH).
 """
 
 from __future__ import annotations
@@ -36,13 +37,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def missing(why: str) -> None:
+    """What the remote-host tests need is not here: a failure in CI (``CI=true``), a skip elsewhere."""
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"{why} (CI=true: a missing piece fails the remote-host tests)", pytrace=False)
+    pytest.skip(why)
+
+
 def need_root() -> None:
     if os.geteuid() != 0:
-        pytest.skip("the remote-host tests need root (a second local user, an sshd); CI runs as root")
-    if not os.path.exists(SSHD) or not shutil.which("ssh"):
-        pytest.skip("openssh-server and openssh-client are not installed (./dev test installs them as root)")
-    if not _tool("useradd") or not _tool("userdel"):
-        pytest.skip("no useradd on this machine")
+        missing("the remote-host tests need root (a second local user, an sshd); CI runs as root")
+    if not os.path.exists(SSHD) or not shutil.which("ssh") or not shutil.which("ssh-keygen"):
+        missing("openssh-server and openssh-client are not installed (./dev test installs them as root)")
+    for tool in ("useradd", "userdel", "setpriv"):
+        if not _tool(tool):
+            missing(f"no {tool} on this machine")
 
 
 def readable_by_all(path: Path) -> None:
@@ -50,7 +59,8 @@ def readable_by_all(path: Path) -> None:
     for p in [path, *path.parents]:
         st = p.stat()
         if not st.st_mode & stat.S_IXOTH:
-            pytest.skip(f"{p} is not open to other users: the remote user could not run this checkout")
+            missing(f"{p} is not open to other users: the remote user could not run this checkout "
+                    "(clone it, and make the venv, where others may read)")
 
 
 class Sshd:
@@ -155,7 +165,7 @@ def install_muxhost(user: RemoteUser) -> Path:
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     python = shutil.which(version, path="/usr/local/bin:/usr/bin:/bin")
     if python is None:
-        pytest.skip(f"no {version} outside root's HOME for the remote user (the test venv's packages are built for it)")
+        missing(f"no {version} outside root's HOME for the remote user (the test venv's packages are built for it)")
     venv = user.home / "venv"
     subprocess.run([python, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
     (venv / "lib" / version / "site-packages" / "muxhost-test.pth").write_text(

@@ -47,6 +47,21 @@ def test_serve_refuses_a_malformed_request(req, tmp_path):
     assert r.returncode == 2 and r.stderr.decode().count("\n") == 1 and r.stderr.startswith(b"muxhost: ")
 
 
+@pytest.mark.parametrize("argv", [["--config", "{evil}", "hosts", "ls", "--json"], ["--config={evil}", "ls"],
+                                  ["--socket", "{evil}", "ls"], ["hosts", "add", "hop", "elsewhere"],
+                                  ["hosts", "ls"], ["attach", "r"], ["ui"], ["reconcile"]])
+def test_serve_runs_only_a_forwarded_verb_with_the_servers_own_config(argv, tmp_path):
+    """A request runs what a muxhost forwards: no global option naming a config, state or tmux server
+    the serving user did not choose, no `hosts` (which would ssh on, or write the server's hosts)."""
+    evil = tmp_path / "evil.yaml"  # (what someone else could leave in /tmp there)
+    evil.write_text("hosts:\n  hop: {ssh: elsewhere}\n")
+    r = serve(protocol.request([a.format(evil=evil) for a in argv]), tmp_path)
+    err = r.stderr.decode()
+    assert r.returncode == 2 and err.count("\n") == 1 and "is not served" in err, err
+    assert r.stdout.count(b"\n") == 1, "nothing ran after the header"
+    assert not (tmp_path / "state" / "hosts.json").exists()
+
+
 def test_an_incompatible_header_says_which_version_is_needed():
     why = protocol.incompatible({"protocol": "muxhost-remote", "muxhost": "2.0", "schema": 2})
     assert why == f"runs muxhost 2.0 (remote schema 2); this muxhost {__version__} speaks schema 1: " \
@@ -124,10 +139,33 @@ def test_serve_in_process_leaves_nothing_behind(monkeypatch, tmp_path, capsys):
 
     monkeypatch.setenv("MUXHOST_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("MUXHOST_CONFIG", str(tmp_path / "none.yaml"))
-    stdin = io.TextIOWrapper(io.BytesIO(protocol.request(["hosts", "ls", "--json"])))
+    stdin = io.TextIOWrapper(io.BytesIO(protocol.request(["ls", "--all", "--json"])))
     monkeypatch.setattr(sys, "stdin", stdin)
     entry = getattr(cli, "cli", None) or cli.main
     assert entry(["remote-serve"]) == 0
     out = capsys.readouterr().out.split("\n", 1)
     assert protocol.parse_header(out[0]) is not None and json.loads(out[1]) == []
     assert sys.stdin is stdin and not protocol.serving()
+
+
+def test_what_the_remote_tests_need_fails_them_in_ci_and_skips_them_elsewhere(monkeypatch):
+    """remote_testing's guards (root, sshd, useradd, a checkout others may read): a skip would hide a
+    missing install in CI, where all nine tests of test_remote.py would pass by running none."""
+    from pathlib import Path
+
+    from muxhost.testing import load_module
+
+    rt = load_module(Path(__file__).with_name("remote_testing.py"))
+
+    def outcome(ci: str | None) -> BaseException:
+        monkeypatch.delenv("CI", raising=False)
+        if ci is not None:
+            monkeypatch.setenv("CI", ci)
+        try:
+            rt.missing("no useradd on this machine")
+        except BaseException as e:  # (a skip or a failure: caught here, whichever it is)
+            return e
+        raise AssertionError("missing() went on")
+
+    assert isinstance(outcome("true"), pytest.fail.Exception) and "no useradd" in str(outcome("true"))
+    assert isinstance(outcome(None), pytest.skip.Exception) and "no useradd" in str(outcome(None))

@@ -6,7 +6,9 @@ on the session's stdin (``env``: ``launch --env`` values, given to the remote la
 The answer: a header line ``{"protocol": "muxhost-remote", "muxhost": VERSION, "schema": N}`` on
 stdout, then the verb's stdout, stderr and exit code as a local run gives them. Unknown fields are
 ignored on both sides; a schema other than :data:`SCHEMA` is refused in one line that says which
-version is needed.
+version is needed. The argv is one of the verbs a muxhost forwards (:data:`SERVED`), no global option
+before it: the serving side's config, state and tmux server are its own, and it hops no further
+(``hosts``, which would ssh on or write its hosts, is not served).
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ import sys
 from typing import Any
 
 from muxhost import __version__
+from muxhost.remote import REF_VERBS
 
 SCHEMA = 1
 SERVE_VERB = "remote-serve"
 PROTOCOL = "muxhost-remote"
 MAX_REQUEST = 1 << 20
+#: the verbs a request may run: what :func:`muxhost.remote.dispatch` forwards (``attach`` goes by ``ssh -t``)
+SERVED = ("launch", "ls", *(v for v in REF_VERBS if v != "attach"))
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _serving = False
 
@@ -92,9 +97,13 @@ def _serve(stdin) -> int:
         return 2
     argv, env = req.get("argv"), req.get("env") or {}
     if (not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv)
-            or argv[0] == SERVE_VERB or not isinstance(env, dict)
+            or not isinstance(env, dict)
             or not all(isinstance(k, str) and _ENV_NAME.fullmatch(k) and isinstance(v, str) for k, v in env.items())):
         print(f"muxhost: {SERVE_VERB}: the request's argv or env is malformed", file=sys.stderr)
+        return 2
+    if argv[0] not in SERVED:
+        print(f"muxhost: {SERVE_VERB}: {argv[0]!r} is not served (a request runs one of "
+              f"{', '.join(SERVED)}, no global option before it)", file=sys.stderr)
         return 2
     if env:
         if argv[0] != "launch":
