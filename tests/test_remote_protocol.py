@@ -169,3 +169,29 @@ def test_what_the_remote_tests_need_fails_them_in_ci_and_skips_them_elsewhere(mo
 
     assert isinstance(outcome("true"), pytest.fail.Exception) and "no useradd" in str(outcome("true"))
     assert isinstance(outcome(None), pytest.skip.Exception) and "no useradd" in str(outcome(None))
+
+
+def test_the_socket_folder_outside_the_state_folder_is_refused_when_another_user_could_swap_it(tmp_path, monkeypatch):
+    """A state folder too long for a socket path puts the sockets in $XDG_RUNTIME_DIR (else /tmp)/muxhost-ssh-UID:
+    a link there, or a parent another user may write without the sticky bit (who could rename the folder
+    and leave a master socket of theirs at its name) is refused; /tmp's sticky 1777 is fine."""
+    import os
+
+    from muxhost.errors import MuxhostError
+
+    monkeypatch.setenv("MUXHOST_STATE_DIR", str(tmp_path / ("s" * 80)))
+    base = tmp_path / "run"
+    base.mkdir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(base))
+    folder = base / f"muxhost-ssh-{os.geteuid()}"
+    os.chmod(base, 0o1777)
+    assert transport.control_dir() == folder and folder.is_dir()
+    os.rmdir(folder)
+    os.chmod(base, 0o777)
+    with pytest.raises(MuxhostError, match="writable by group or others"):
+        transport.control_dir()
+    assert not folder.exists(), "nothing made in a folder someone else may change"
+    os.chmod(base, 0o1777)
+    folder.symlink_to(tmp_path)
+    with pytest.raises(MuxhostError, match="symbolic link"):
+        transport.control_dir()
