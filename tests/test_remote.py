@@ -262,3 +262,14 @@ def test_attach_inside_tmux_opens_a_window_running_ssh_to_the_remote_pane(box):
     windows = box.tmux("list-windows", "-t", "outer", "-F", "#{window_name} #{pane_id}")
     pane = next(w.split()[1] for w in windows if w.startswith("seen@box "))
     box.wait_screen(pane, "demo>", timeout=30)
+
+
+def test_attach_inside_tmux_runs_no_format_of_the_ref_here(box, tmp_path):
+    """tmux expands formats in a new window's name: REF@HOST's ``#(…)`` would run a command here."""
+    box.tmux("new-session", "-d", "-s", "outer", "-x", "120", "-y", "30", "/bin/sh")
+    path = box.tmux("display-message", "-p", "-t", "outer", "#{socket_path}")[0]
+    pwned = tmp_path / "pwned"
+    r = box.run("attach", f"x#(touch {pwned})@box", env={"TMUX": f"{path},1,0"})
+    assert r.rc == 0, r.err
+    time.sleep(2)  # (tmux runs a #() job in the background)
+    assert not pwned.exists(), "the REF's #(…) ran as a tmux job here"

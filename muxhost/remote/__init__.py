@@ -128,7 +128,7 @@ def _forward_ref(config_path: str | None, word: str, rest: list[str]) -> int:
     if word == "send" and len(positions) == 1 and positions[0] + 1 < len(args) and args[positions[0] + 1] == "-":
         args[positions[0] + 1] = sys.stdin.read().rstrip("\n")  # the text goes in the request, stdin carries it
     if word == "attach":
-        return transport.attach(host, args, timeout=table.timeout)
+        return transport.attach(host, args, timeout=table.timeout, ref=args[positions[0]])
     if word == "purge" and "--yes" not in args and "-y" not in args and "--dry-run" not in args:
         return _purge_confirmed(host, args, table.timeout)
     return transport.forward(host, [word, *args], timeout=table.timeout)

@@ -271,13 +271,14 @@ def forward(host, argv: list[str], env: dict[str, str] | None = None, timeout: f
         raise
 
 
-def attach(host, args: list[str], timeout: float = 5.0) -> int:
+def attach(host, args: list[str], timeout: float = 5.0, ref: str = "attach") -> int:
     """``attach REF@HOST``: ``ssh -t`` running the remote ``muxhost attach REF``; inside tmux, in a new
-    window of this server."""
+    window of this server named ``REF@HOST`` (``#`` doubled: tmux expands formats in a window name,
+    and ``#(…)`` would run here)."""
     argv = ssh_argv(host, remote_command(host, ["attach", *args]), timeout, tty=True)
     sys.stdout.flush()
     if os.environ.get("TMUX"):
-        name = f"{args[0] if args else 'attach'}@{host.name}"
+        name = f"{ref}@{host.name}".replace("#", "##")
         r = subprocess.run(["tmux", "new-window", "-n", name, "--", *argv], capture_output=True, text=True)
         if r.returncode != 0:
             raise MuxhostError(f"tmux new-window failed: {r.stderr.strip() or r.returncode}")
