@@ -195,3 +195,19 @@ def test_the_socket_folder_outside_the_state_folder_is_refused_when_another_user
     folder.symlink_to(tmp_path)
     with pytest.raises(MuxhostError, match="symbolic link"):
         transport.control_dir()
+
+
+@pytest.mark.parametrize("argv", [["ls"], ["launch", "demo", "--name", "a"], ["show", "r"],
+                                  ["send", "r", "mail me@example.org"], ["wait", "--until", "idle", "r"],
+                                  ["read", "r", "--lines", "5"], ["--config", "{cfg}", "stop", "a", "b"]])
+def test_dispatch_of_a_local_command_line_reads_no_config(argv, tmp_path, monkeypatch):
+    """dispatch runs before every command: with no REF@HOST or --host it opens no file (a broken
+    config would raise if it did)."""
+    from muxhost.remote import dispatch
+
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("hosts: [unclosed\n")
+    monkeypatch.setenv("MUXHOST_CONFIG", str(broken))
+    monkeypatch.setenv("MUXHOST_STATE_DIR", str(tmp_path / "state"))
+    assert dispatch([a.format(cfg=broken) for a in argv]) is None
+    assert not (tmp_path / "state").exists()

@@ -61,8 +61,10 @@ def dispatch(argv: Sequence[str]) -> int | None:
         return protocol.serve()
     if word == "launch" and any(a == "--host" or a.startswith("--host=") for a in rest[:_cut(rest)]):
         return _forward_launch(_config_of(globals_), rest)
-    if word in REF_VERBS and any("@" in a for a in rest):
-        return _forward_ref(_config_of(globals_), word, rest)
+    if word in REF_VERBS:
+        positions = _ref_positions(word, rest)
+        if any("@" in rest[i] for i in positions):  # (not the text of `send r "mail me@x"`)
+            return _forward_ref(_config_of(globals_), word, rest, positions)
     return None
 
 
@@ -104,12 +106,12 @@ def _forward_launch(config_path: str | None, rest: list[str]) -> int:
     return transport.forward(host, ["launch", *out, *agent_args], env=env, timeout=table.timeout)
 
 
-def _forward_ref(config_path: str | None, word: str, rest: list[str]) -> int:
-    """A REF verb whose REF ends in ``@NAME`` of a configured host: the verb on NAME, REF@NAME -> REF."""
+def _forward_ref(config_path: str | None, word: str, rest: list[str], positions: list[int]) -> int:
+    """A REF verb whose REF (at ``positions`` of ``rest``) ends in ``@NAME`` of a configured host: the
+    verb on NAME, REF@NAME -> REF."""
     from muxhost.remote import hosts, transport
 
     table = hosts.load(config_path)
-    positions = _ref_positions(word, rest)
     named = {}
     for i in positions:
         ref, at, name = rest[i].rpartition("@")
