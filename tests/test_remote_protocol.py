@@ -211,3 +211,15 @@ def test_dispatch_of_a_local_command_line_reads_no_config(argv, tmp_path, monkey
     monkeypatch.setenv("MUXHOST_STATE_DIR", str(tmp_path / "state"))
     assert dispatch([a.format(cfg=broken) for a in argv]) is None
     assert not (tmp_path / "state").exists()
+
+
+def test_serve_gives_a_requests_env_to_launch_as_its_env_arguments(monkeypatch, capsys):
+    """A caller may send launch's --env values in ``env`` (schema 1) or in argv: the launch gets both."""
+    import io
+
+    ran = []
+    monkeypatch.setattr(protocol, "run_cli", lambda argv: ran.append(argv) or 0)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(
+        protocol.request(["launch", "demo", "--env", "A=1", "--", "x"], {"TOKEN": "s p=ace"}))))
+    assert protocol.serve() == 0
+    assert ran == [["launch", "--env=TOKEN=s p=ace", "demo", "--env", "A=1", "--", "x"]]

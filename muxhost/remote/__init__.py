@@ -73,37 +73,30 @@ def _cut(rest: list[str]) -> int:
 
 
 def _forward_launch(config_path: str | None, rest: list[str]) -> int:
-    """``launch … --host NAME``: the launch on NAME, its ``--env`` values in the request, not in argv."""
+    """``launch … --host NAME``: the launch on NAME, without ``--host``. (Its ``--env`` values stay in
+    argv: the whole request is on the session's stdin, never on a command line, and the remote launch
+    checks them as a local one does.)"""
     from muxhost.remote import hosts, transport
 
     cut = _cut(rest)
     mine, agent_args = rest[:cut], rest[cut:]
-    name, env, out = None, {}, []
-    it = iter(range(len(mine)))
-    for i in it:
+    name, out, i = None, [], 0
+    while i < len(mine):
         a = mine[i]
-        if a in ("--host", "--env"):
+        if a == "--host":
             if i + 1 >= len(mine):
-                raise UsageError(f"launch: argument {a}: expected one argument")
-            value = mine[i + 1]
-            next(it)
-        elif a.startswith(("--host=", "--env=")):
-            a, _, value = a.partition("=")
+                raise UsageError("launch: argument --host: expected one argument")
+            name, i = mine[i + 1], i + 2
+            continue
+        if a.startswith("--host="):
+            name = a.partition("=")[2]
         else:
             out.append(a)
-            continue
-        if a == "--host":
-            name = value
-        else:
-            key, eq, val = value.partition("=")
-            if not eq or not key:
-                raise UsageError(f"--env {key!r}: expected KEY=VALUE")
-            env[key] = val
+        i += 1
     if name == hosts.LOCAL:
         return None  # type: ignore[return-value]  # (`--host local`: here, as without it)
     table = hosts.load(config_path)
-    host = table.get(name)
-    return transport.forward(host, ["launch", *out, *agent_args], env=env, timeout=table.timeout)
+    return transport.forward(table.get(name), ["launch", *out, *agent_args], timeout=table.timeout)
 
 
 def _forward_ref(config_path: str | None, word: str, rest: list[str], positions: list[int]) -> int:

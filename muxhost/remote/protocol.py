@@ -2,7 +2,9 @@
 
 The remote command is fixed (``<muxhost> remote-serve``): nothing of the request is on any command
 line. The request, ``{"muxhost": VERSION, "schema": N, "argv": [...], "env": {K: V}}``, is one line
-on the session's stdin (``env``: ``launch --env`` values, given to the remote launch in-process).
+on the session's stdin (``env``: ``launch --env`` values, given to the remote launch in-process as
+``--env`` arguments; this muxhost leaves them in ``argv``, which rides the same stdin, and serves
+either).
 The answer: a header line ``{"protocol": "muxhost-remote", "muxhost": VERSION, "schema": N}`` on
 stdout, then the verb's stdout, stderr and exit code as a local run gives them. Unknown fields are
 ignored on both sides; a schema other than :data:`SCHEMA` is refused in one line that says which

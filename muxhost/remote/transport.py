@@ -131,7 +131,7 @@ def failure(host, rc: int, err: str) -> str:
     return f"no muxhost answer from {host.muxhost} (exit {rc}: {last})"
 
 
-def ask(host, argv: list[str], timeout: float, env: dict[str, str] | None = None) -> Answer:
+def ask(host, argv: list[str], timeout: float) -> Answer:
     """Run ``argv`` on ``host`` and wait for all of its output, at most ``timeout`` seconds."""
     started = time.monotonic()
     try:
@@ -139,7 +139,7 @@ def ask(host, argv: list[str], timeout: float, env: dict[str, str] | None = None
     except MuxhostError as e:
         return Answer(False, reason=str(e).partition(": ")[2])
     try:
-        out, err = proc.communicate(protocol.request(argv, env), timeout=timeout)
+        out, err = proc.communicate(protocol.request(argv), timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
@@ -227,7 +227,7 @@ def ask_all(hosts: list, argv: list[str], timeout: float, use_cache: bool = True
 
 
 # -- a verb run there, its output streamed here -------------------------------------------------
-def forward(host, argv: list[str], env: dict[str, str] | None = None, timeout: float = 5.0) -> int:
+def forward(host, argv: list[str], timeout: float = 5.0) -> int:
     """Run ``argv`` on ``host``; its stdout streams here, its stderr follows, its exit code is ours."""
     proc = _start(host, timeout)
     errs: list[bytes] = []
@@ -235,7 +235,7 @@ def forward(host, argv: list[str], env: dict[str, str] | None = None, timeout: f
     reader.start()
     try:
         try:
-            proc.stdin.write(protocol.request(argv, env))
+            proc.stdin.write(protocol.request(argv))
             proc.stdin.close()
         except BrokenPipeError:
             pass
