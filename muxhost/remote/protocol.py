@@ -117,14 +117,7 @@ def _serve(stdin) -> int:
 
 
 def run_cli(argv: list[str]) -> int:
-    """The CLI's entry point with ``argv``, whatever it is called (``cli(argv)``, or ``main(argv)``)."""
-    import inspect
+    """The CLI's entry point with ``argv`` (its exit code)."""
+    from muxhost.cli import main
 
-    from muxhost import cli as cli_mod
-
-    entry = getattr(cli_mod, "cli", None)
-    if entry is None or not callable(entry):
-        entry = cli_mod.main
-    if not inspect.signature(entry).parameters:
-        raise RuntimeError("muxhost.cli has no entry point taking argv")
-    return entry(argv) or 0
+    return main(argv)
