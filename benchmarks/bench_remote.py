@@ -124,7 +124,11 @@ def main() -> None:
         print(f"  cached  {cached * 1000:7.0f} ms   (the next ls: that host offline from cache)")
     finally:
         holder.close()
-        for ctl in [*Path(tmp, "st", "ssh").glob("*"), *Path(f"/tmp/muxhost-ssh-{os.geteuid()}").glob("*")]:
+        from muxhost.remote.transport import socket_folder
+
+        # this run's shared connections only (the /tmp/muxhost-ssh-UID fallback is shared with every
+        # other muxhost of this user: its sockets are not ours to end)
+        for ctl in socket_folder(Path(os.path.realpath(tmp / "st"))).glob("*"):
             if ctl.is_socket():
                 subprocess.run(["/usr/bin/ssh", "-o", f"ControlPath={ctl}", "-O", "exit", "x"], capture_output=True)
         if local_env:
