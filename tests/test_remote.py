@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -43,8 +45,13 @@ def world(tmp_path_factory):
 
 
 @pytest.fixture
-def box(world, mux, tmp_path):
-    """The local muxhost with host ``box`` (the remote user over the sshd), its ssh wrapper logging argv."""
+def box(world, mux, tmp_path, monkeypatch):
+    """The local muxhost with host ``box`` (the remote user over the sshd), its ssh wrapper logging argv.
+    Its shared connections are in a folder of its own: the test's state folder is too long a path
+    for a socket, and the fallback, /tmp/muxhost-ssh-UID, holds every other muxhost's of this user."""
+    runtime = Path(tempfile.mkdtemp(prefix="mxr", dir="/tmp"))
+    mux.env["XDG_RUNTIME_DIR"] = str(runtime)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))  # (for _control_dir, here)
     sshd, user = world["sshd"], world["user"]
     client = tmp_path / "ssh_config"
     client.write_text(
@@ -73,6 +80,7 @@ def box(world, mux, tmp_path):
     for rec in json.loads(r.stdout or "[]"):
         user.muxhost("stop", rec["id"])
     user.run("tmux", "kill-server")
+    shutil.rmtree(runtime, ignore_errors=True)
 
 
 def remote_ls(user, *args):
@@ -189,7 +197,9 @@ def _control_dir(box) -> Path:
     """Where this test's muxhost keeps its shared connections."""
     from muxhost.remote.transport import socket_folder
 
-    return socket_folder(Path(os.path.realpath(box.state_dir)))
+    folder = socket_folder(Path(os.path.realpath(box.state_dir)))
+    assert folder.parent == Path(box.env["XDG_RUNTIME_DIR"]) or folder.parent == box.state_dir, folder
+    return folder
 
 
 def test_an_ssh_that_would_ask_for_a_password_fails_in_one_line(box, world, tmp_path):
