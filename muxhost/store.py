@@ -205,17 +205,19 @@ def _check_state_folder(d: Path) -> None:
     yours and not writable by group or others; a parent is yours or root's, and writable by group or
     others only with the sticky bit (``/tmp``), so that nobody else can replace the folder."""
     check_private(d, os.stat(d))
-    _check_parents(d)
+    check_parents(d)
 
 
-def _check_parents(d: Path) -> None:
+def check_parents(d: Path, what: str = "the state folder") -> None:
+    """Refuse ``d`` when a parent folder is another user's, or writable by others without the sticky
+    bit: they could replace ``d`` (``what``, named in the message) in it."""
     for parent in Path(os.path.realpath(d)).parents:
         st = os.stat(parent)
         if st.st_uid not in (0, os.geteuid()):
-            raise MuxhostError(f"{parent}: owned by uid {st.st_uid}, who could replace the state folder {d} in it; "
+            raise MuxhostError(f"{parent}: owned by uid {st.st_uid}, who could replace {what} {d} in it; "
                                f"set MUXHOST_STATE_DIR to a folder of your own")
         if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-            raise MuxhostError(f"{parent}: writable by group or others, who could replace the state folder {d} "
+            raise MuxhostError(f"{parent}: writable by group or others, who could replace {what} {d} "
                                f"in it; chmod go-w {parent}, or set MUXHOST_STATE_DIR to a folder of your own")
 
 
@@ -268,7 +270,7 @@ class Store:
         not the user's, is refused (:func:`_check_state_folder`)."""
         d = state_dir()
         if d.parent.is_dir():
-            _check_parents(d)  # before anything is made in it
+            check_parents(d)  # before anything is made in it
         try:
             d.mkdir(parents=True, mode=0o700)
             os.chmod(d, 0o700)

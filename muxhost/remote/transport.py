@@ -73,12 +73,12 @@ def control_dir() -> Path:
     """:func:`socket_folder` of the state folder, made 0700 (refused when someone else could change it:
     outside the state folder, its parents are checked as the state folder's are, since whoever may
     rename the folder there could put a master socket of theirs in its place)."""
-    from muxhost.store import _check_parents, private_folder, state_folder
+    from muxhost.store import check_parents, private_folder, state_folder
 
     state = state_folder()
     folder = socket_folder(state)
     if folder.parent != state:
-        _check_parents(folder)
+        check_parents(folder, "the ssh socket folder")
     return private_folder(folder)
 
 
