@@ -124,3 +124,21 @@ def test_a_record_keeps_its_backend_and_address(host, tmp_path):
     assert (lv.rec.backend, lv.rec.socket) == ("fake", None)
     assert host.store.get(lv.rec.id).backend == "fake"
     assert host.live(lv.rec, host.view([lv.rec])).state == "running"
+
+
+def test_read_judges_the_pane_without_a_pass_over_the_whole_process_table(host, tmp_path, monkeypatch):
+    """``read`` runs often (a script polls a screen): whose the pane's process is needs that process
+    and its parent, not every process on the machine."""
+    from muxhost import procs
+
+    live = host.launch("naive", cwd=str(tmp_path))
+    wait_files(host, 1)
+
+    def whole(*a, **k):
+        raise AssertionError("a pass over the whole process table")
+
+    monkeypatch.setattr(procs.ProcessTable, "snapshot", whole)
+    deadline = time.monotonic() + 10
+    while "ready" not in host.read(live.rec):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
