@@ -82,7 +82,7 @@ class Scripting:
         scrollback. A pane that has gone has nothing to read (NotFound)."""
         if lines is not None and lines < 1:
             raise UsageError("--lines must be 1 or more")
-        view = self.state.view([rec])
+        view = self.state.pane_view(rec)  # (no pass over the whole process table: only the pane's is judged)
         pane = view.pane_for(rec)
         if view.foreign(rec) is not None:
             raise Refused(f"record {rec.id} ({rec.name}) has exited: nothing of the agent to read"

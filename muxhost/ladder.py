@@ -195,8 +195,10 @@ class Ladder:
             if foreign:
                 return
             now = panes_now(backend)
-            mine = pane or next((p for p in now if p.record == rec.id), None)  # (a look that missed it)
-            if mine is None or (mine is not pane and foreign_now(rec, mine)):
+            # the pane as it is now (the view's, else one a look missed): one whose process is not
+            # the one the view saw (the user respawned a shell there meanwhile) is judged again
+            mine = next((p for p in now if (p.pane_id == pane.pane_id if pane else p.record == rec.id)), pane)
+            if mine is None or ((pane is None or mine.pid != pane.pid) and not mine.dead and foreign_now(rec, mine)):
                 return
             if rec.created_session and rec.session and rec.session == mine.session_id:
                 # ... unless other panes live in that session now (`launch --target`, a user's split)

@@ -120,11 +120,41 @@ class ProcessTable:
                 procs[proc.pid] = proc
         return cls(procs)
 
+    @classmethod
+    def of(cls, pids: Iterable[int | None]) -> "ProcessTable":
+        """Only the processes ``pids`` and their parents, each read on its own: what judging whose a
+        pane's process is needs (:func:`muxhost.state.owns`), without a pass over the whole table.
+        No tree is walked in it: :meth:`tree` and :meth:`marked_index` refuse."""
+        procs: dict[int, Proc] = {}
+        wanted = [pid for pid in pids if pid]
+        for _ in range(2):  # the processes, then their parents
+            for pid in wanted:
+                if pid in procs:
+                    continue
+                try:
+                    info = psutil.Process(pid).as_dict(["pid", "ppid", "create_time", "name"])
+                except _GONE:
+                    continue
+                proc = _proc_from_info(info)
+                if proc is not None:
+                    procs[proc.pid] = proc
+            wanted = [procs[pid].ppid for pid in wanted if pid in procs]
+        table = cls(procs)
+        table.partial = True
+        return table
+
+    partial = False  # (:meth:`of`: a few processes, not the whole table)
+
+    def _whole(self) -> None:
+        if self.partial:
+            raise RuntimeError("a partial process table (ProcessTable.of) has no trees")
+
     def get(self, pid: int | None) -> Proc | None:
         return self.procs.get(pid) if pid is not None else None
 
     def tree(self, pid: int | None) -> list[Proc]:
         """The process and all its descendants (root first), or [] when it is not running."""
+        self._whole()
         root = self.get(pid)
         if root is None:
             return []
@@ -168,6 +198,7 @@ class ProcessTable:
         environment is read once per table, whatever the number of records asked about."""
         cached = self._marks
         index: dict[str, list[Proc]]
+        self._whole()
         if cached is not None and (cached[0] is None or (since is not None and since >= cached[0])):
             index = cached[1]
         else:

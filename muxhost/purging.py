@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from muxhost.launching import Launching
     from muxhost.locks import Locks
     from muxhost.refusals import Refusals
-    from muxhost.state import State
+    from muxhost.state import State, View
 
 
 def _callers_home(home: str) -> bool:
@@ -40,6 +40,7 @@ class Purging:
               stop: bool = False, confirm: Callable[[PurgeReport], bool] | None = None,
               ctx: AgentContext | None = None) -> PurgeReport:
         """validate → in_use → artifacts (the plan) → veto → purge → artifacts (the residual)."""
+        view = None  # (one look serves the refresh, --stop's state and its ladder)
         if rec is not None:
             agent = self.core.registry.agent(rec.agent)
             if conversation_id is None:
@@ -63,26 +64,27 @@ class Purging:
                 h, env = self.launching.agent_env(dict(os.environ), home, agent.name)
                 ctx = AgentContext(home=h, env=env, cwd=os.getcwd(), config=self.core.config.agent(agent.name))
         if dry_run:
-            return self._purge(agent, ctx, conversation_id, rec, dry_run=True, stop=stop)
+            return self._purge(agent, ctx, conversation_id, rec, dry_run=True, stop=stop, view=view)
         # held from the in-use check until the residual is read: a resume or launch of this
         # conversation (and a second purge) that comes meanwhile waits briefly, then is refused
         with self.locks.conversation(agent.name, conversation_id, "purge"):
-            report = self._purge(agent, ctx, conversation_id, rec, stop=stop, confirm=confirm)
+            report = self._purge(agent, ctx, conversation_id, rec, stop=stop, confirm=confirm, view=view)
         if rec is not None and rec.state == "asleep" and rec.conversation_id == conversation_id and not report.residual:
             self.ladder.stop(rec)  # nothing left to wake: its stub goes too
         return report
 
     def _purge(self, agent: Agent, ctx: AgentContext, conversation_id: str, rec: Record | None, *,
                dry_run: bool = False, stop: bool = False,
-               confirm: Callable[[PurgeReport], bool] | None = None) -> PurgeReport:
+               confirm: Callable[[PurgeReport], bool] | None = None, view: "View | None" = None) -> PurgeReport:
         report = PurgeReport(agent=agent.name, conversation_id=conversation_id, record=rec.id if rec else None,
                              home=None if _callers_home(ctx.home) else ctx.home)
         runs, live = False, None
         if stop and rec is not None:
-            live = self.state.live(rec, self.state.view([rec]), agent, check_resumable=False)
+            view = view or self.state.view([rec])
+            live = self.state.live(rec, view, agent, check_resumable=False)
             runs = live.state in LIVE_STATES
             if runs and not dry_run:
-                done = self.ladder.stop(rec)
+                done = self.ladder.stop(rec, view=view)
                 report.stopped = {"outcome": done.rec.outcome, "seconds": done.rec.seconds}
         from muxhost import plans  # (start-up: only a purge loads the plans)
 

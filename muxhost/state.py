@@ -194,6 +194,15 @@ class State:
         panes = {s: self.core.backend(s[1], s[0]).snapshot() for s in wanted}
         return View(panes, procs.ProcessTable.snapshot())
 
+    def pane_view(self, rec: Record) -> View:
+        """The panes of ``rec``'s server and, of the process table, only the processes of the live
+        panes that carry the record (and their parents, :meth:`procs.ProcessTable.of`): enough for
+        :meth:`View.pane_for` and :meth:`View.foreign` (``read``), not for :meth:`live`."""
+        server = server_of(rec)
+        panes = self.core.backend(server[1], server[0]).snapshot()
+        pids = [p.pid for p in panes or () if p.record == rec.id and not p.dead]
+        return View({server: panes}, procs.ProcessTable.of(pids))
+
     def live(self, rec: Record, view: View, agent: Agent | None = None, check_resumable: bool = True) -> Live:
         pane = view.pane_for(rec)
         tree: list[procs.Proc] = []

@@ -124,3 +124,38 @@ def test_a_record_keeps_its_backend_and_address(host, tmp_path):
     assert (lv.rec.backend, lv.rec.socket) == ("fake", None)
     assert host.store.get(lv.rec.id).backend == "fake"
     assert host.live(lv.rec, host.view([lv.rec])).state == "running"
+
+
+def test_read_judges_the_pane_without_a_pass_over_the_whole_process_table(host, tmp_path, monkeypatch):
+    """``read`` runs often (a script polls a screen): whose the pane's process is needs that process
+    and its parent, not every process on the machine."""
+    from muxhost import procs
+
+    live = host.launch("naive", cwd=str(tmp_path))
+    wait_files(host, 1)
+
+    def whole(*a, **k):
+        raise AssertionError("a pass over the whole process table")
+
+    monkeypatch.setattr(procs.ProcessTable, "snapshot", whole)
+    deadline = time.monotonic() + 10
+    while "ready" not in host.read(live.rec):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_purge_stop_takes_one_look_for_its_refresh_its_state_and_its_ladder(host, tmp_path):
+    """``purge --stop``: the look that refreshes the record's conversation also judges whether it
+    runs and starts the ladder (each look is a pane query and a pass over the process table)."""
+    live = host.launch("naive", cwd=str(tmp_path))
+    wait_files(host, 1)
+    host.ls()
+    rec = host.store.get(live.rec.id)
+    host.fake.calls.clear()
+    looks = []
+    view = host.state.view
+    host.state.view = lambda *a, **k: looks.append(a) or view(*a, **k)
+    with pytest.raises(Exception, match="nothing to purge"):  # (the naive agent names no artifacts)
+        host.purge(rec=rec, stop=True, confirm=lambda report: True)
+    assert host.store.get(rec.id).state == "stopped"
+    assert len(looks) == 2, looks  # the purge's, and the in-use check's after the stop

@@ -251,3 +251,29 @@ def test_the_rule_is_the_hosts_on_any_backend(host):
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_shell_respawned_in_the_pane_while_the_ladder_waits_is_left_alone(mux, tmp_path):
+    """The user takes the pane back (``respawn-pane -k`` a shell) while the stop waits out the exit
+    grace: step 3 judges the pane as it is then, and the shell is not the agent's to close."""
+    import threading
+
+    script = "while True:\n    input('deaf> ')\n"
+    mux.config.write_text(f"agents:\n  deaf:\n    command: [{sys.executable}, -c, {script!r}]\n")
+    rec = mux.ok("launch", "deaf", "--json")
+    pane = rec["pane"]
+    mux.wait_screen(pane, "deaf>")
+    out = {}
+    stopping = threading.Thread(target=lambda: out.update(r=mux.run("stop", rec["id"], "--grace", "4")))
+    stopping.start()
+    try:
+        wait_for(lambda: "/exit" in mux.capture(pane), what="the exit text")
+        shell, job = user_shell(mux, pane, tmp_path)
+        stopping.join(30)
+        assert out["r"].rc == 0, out["r"]
+        time.sleep(0.5)
+        assert alive(*shell) and alive(*job)
+        assert mux.pane_pid(pane) == shell[0]
+    finally:
+        stopping.join(30)
+        end(job, shell)
