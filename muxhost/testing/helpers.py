@@ -1,4 +1,4 @@
-"""Small helpers of every test tier: a command's result, polling, loading another test module, the
+"""Small helpers of every test tier: a command's result, polling, whether a process lives, loading another test module, the
 one-error-line check, the real agent CLIs, plugin packages pip-installed as a user would."""
 
 from __future__ import annotations
@@ -37,6 +37,21 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def alive(pid: int, create_time: float | None = None) -> bool:
+    """True while ``pid`` runs and is not a zombie; with ``create_time``, only while it is the
+    process created then (:func:`muxhost.procs.same_process`: a pid taken again is not it)."""
+    import psutil
+
+    if create_time is not None:
+        from muxhost import procs
+
+        return procs.same_process(pid, create_time)
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def load_module(path: str | os.PathLike):
