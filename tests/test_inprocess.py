@@ -128,3 +128,61 @@ def test_a_record_keeps_its_backend_and_address(host, tmp_path):
     assert (lv.rec.backend, lv.rec.socket) == ("fake", None)
     assert host.store.get(lv.rec.id).backend == "fake"
     assert host.live(lv.rec, host.view([lv.rec])).state == "running"
+
+
+# -- the in-process CLI run (muxhost.testing.inprocess): what a command leaves behind fails it ----
+def _leaks(tmp_path, release, held):
+    """Commands that each leave one thing behind that a process exit would have cleaned up."""
+    import os
+    import signal
+    import threading
+
+    return {
+        "open fds": lambda: held.append(open(tmp_path / "held.db", "w")),  # noqa: SIM115  (the leak)
+        "signal handlers of SIGTERM": lambda: signal.signal(signal.SIGTERM, lambda *a: None),
+        "the umask": lambda: os.umask(0o077),
+        "threads still running": lambda: threading.Thread(target=release.wait, daemon=True).start(),
+        "sys.path": lambda: sys.path.append(str(tmp_path / "plugins")),
+        "the cwd": lambda: os.chdir(tmp_path),
+        "os.environ MUXHOST_LEAKED": lambda: os.environ.__setitem__("MUXHOST_LEAKED", "1"),
+    }
+
+
+@pytest.mark.parametrize("what", list(_leaks(Path("."), None, None)))
+def test_an_in_process_command_that_leaves_something_behind_fails_and_it_is_put_back(tmp_path, monkeypatch, what):
+    import os
+    import threading
+
+    from muxhost import cli
+    from muxhost.testing import Leak, run_cli
+
+    release, held = threading.Event(), []
+    leak = _leaks(tmp_path, release, held)[what]
+    (tmp_path / "home").mkdir()
+    env = {"HOME": str(tmp_path / "home"), "PATH": os.environ.get("PATH", os.defpath)}
+    path, cwd, environ = list(sys.path), os.getcwd(), dict(os.environ)
+    monkeypatch.setattr(cli, "main", lambda argv=None: 0)
+    assert run_cli(["clean"], env, str(tmp_path / "home")).rc == 0  # a command that leaves nothing
+    monkeypatch.setattr(cli, "main", lambda argv=None: leak() and 0)
+    try:
+        with pytest.raises(Leak, match=f"left behind: {what}"):
+            run_cli(["leaky"], env, str(tmp_path / "home"))
+        assert (sys.path, os.getcwd(), dict(os.environ)) == (path, cwd, environ)  # put back all the same
+    finally:
+        release.set()
+        for f in held:
+            f.close()
+
+
+# -- muxhost.testing's helpers -----------------------------------------------------------------------
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_something_an_install_step_gives_that_is_missing_fails_in_ci_and_is_skipped_elsewhere(monkeypatch, ci):
+    from muxhost.testing import agent_binary, missing
+
+    monkeypatch.setenv("CI", ci)
+    monkeypatch.delenv("MUXHOST_AGENT_BIN_DIR", raising=False)
+    outcome = pytest.fail.Exception if ci else pytest.skip.Exception
+    with pytest.raises(outcome, match="textual is not installed"):
+        missing("textual is not installed")
+    with pytest.raises(outcome, match="the no-such-agent CLI is not installed"):
+        agent_binary("no-such-agent")
