@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from muxhost.testing import TmuxClient, Watching, wait_for
+from muxhost.testing import TmuxClient, Watching, alive, wait_for
 
 
 def demo(mux, name, *args):
@@ -20,14 +20,6 @@ def demo(mux, name, *args):
 
 def row(mux, rid):
     return next(r for r in mux.ok("ls", "--all", "--json") if r["id"] == rid)
-
-
-def alive(pid, create_time):
-    try:
-        p = psutil.Process(pid)
-        return abs(p.create_time() - create_time) < 0.01 and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def carrying(rid):

@@ -24,7 +24,7 @@ import pytest
 
 from muxhost import procs
 from muxhost.store import Record, Store
-from muxhost.testing import Watching, install_plugin, tree_hash, wait_for
+from muxhost.testing import Watching, alive, install_plugin, tree_hash, wait_for
 
 GUARDS = textwrap.dedent('''
     """muxhost-guards: two small agents for tests/test_guarantees.py.
@@ -113,13 +113,6 @@ def start_demo(mux, prompt: str) -> dict:
     mux.type(rec["pane"], prompt)
     mux.wait_screen(rec["pane"], prompt[::-1])
     return rec
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 # -- 1. in_use raising is in use -------------------------------------------------------------------
@@ -302,7 +295,7 @@ def parent_and_child():
         child = wait_for(lambda: psutil.Process(p.pid).children(), what="the child")[0]
         yield (p.pid, psutil.Process(p.pid).create_time()), (child.pid, child.create_time())
     finally:
-        for c in psutil.Process(p.pid).children() if _alive(p.pid) else []:
+        for c in psutil.Process(p.pid).children() if alive(p.pid) else []:
             procs.signal_if_same(c.pid, c.create_time(), signal.SIGKILL)
         p.kill()
         p.wait()
@@ -317,7 +310,7 @@ def test_the_tree_of_a_pid_with_another_create_time_is_empty_and_nothing_is_sign
     for p in table.tree_of(reused):  # what the ladder's SIGKILL step and the test teardown do
         procs.signal_if_same(*p.key, signal.SIGKILL)
     time.sleep(0.2)
-    assert _alive(parent[0]) and _alive(child[0])
+    assert alive(parent[0]) and alive(child[0])
 
 
 def test_teardown_never_kills_the_tree_of_a_stored_pid_that_now_names_another_process(mux, parent_and_child):
@@ -330,12 +323,12 @@ def test_teardown_never_kills_the_tree_of_a_stored_pid_that_now_names_another_pr
     store.insert(rec)
     mux.reap()
     time.sleep(0.2)
-    assert _alive(parent[0]) and _alive(child[0])
+    assert alive(parent[0]) and alive(child[0])
     # the same record with the pid's real create time: its tree is walked and ended
     store.update(rec, pids=[list(parent)])
     store.close()
     mux.reap()
-    wait_for(lambda: not _alive(parent[0]) and not _alive(child[0]), timeout=5, what="the tree to end")
+    wait_for(lambda: not alive(parent[0]) and not alive(child[0]), timeout=5, what="the tree to end")
 
 
 # -- 5. a tmux server the agent started is not the agent's ------------------------------------------

@@ -8,10 +8,9 @@ import textwrap
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
-from muxhost.testing import install_plugin, wait_for
+from muxhost.testing import alive, install_plugin, wait_for
 
 KIT = textwrap.dedent('''
     """muxhost-testkit: small agents that behave as a first third-party plugin would.
@@ -154,13 +153,6 @@ def launch(mux, kit, agent, *args, env=None):
     rec = mux.ok("launch", agent, "--json", *args, env={**kit, **(env or {})})
     mux.wait_screen(rec["pane"], "ready>")
     return rec
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 # -- 3. two agents in one folder ------------------------------------------------------------------

@@ -88,10 +88,14 @@ def test_n_naive_agents_in_one_folder_each_get_their_own_conversation(host, tmp_
 def test_stop_many_is_one_ladder_for_all(host, tmp_path):
     lives = [host.launch("naive", cwd=str(tmp_path)) for _ in range(4)]
     wait_files(host, 4)
-    t0 = time.monotonic()
+    host.fake.calls.clear()
     results = host.stop_many([lv.rec for lv in lives])
     assert [r.rec.outcome for r in results] == ["exit"] * 4
-    assert time.monotonic() - t0 < 4 * 0.5  # one exit pause for all, not one each
+    # one exit pause for all, not one each: every pane has its exit text before any gets its Enter
+    # (the order of the calls, not the clock: a loaded machine makes any time bound flaky)
+    keys = [(c[0], c[1]) for c in host.fake.calls if c[0] == "type" or c[0] == "keys" and c[2] == "enter"]
+    panes = sorted(lv.pane.pane_id for lv in lives)
+    assert sorted(p for k, p in keys[:4] if k == "type") == panes and sorted(p for k, p in keys[4:]) == panes, keys
     typed = [c for c in host.fake.calls if c[0] == "type"]
     assert len(typed) == 4 and all(c[2] == "/exit" for c in typed)
     assert all(p.poll() is not None for p in host.fake.procs.values())
@@ -159,3 +163,61 @@ def test_purge_stop_takes_one_look_for_its_refresh_its_state_and_its_ladder(host
         host.purge(rec=rec, stop=True, confirm=lambda report: True)
     assert host.store.get(rec.id).state == "stopped"
     assert len(looks) == 2, looks  # the purge's, and the in-use check's after the stop
+
+
+# -- the in-process CLI run (muxhost.testing.inprocess): what a command leaves behind fails it ----
+def _leaks(tmp_path, release, held):
+    """Commands that each leave one thing behind that a process exit would have cleaned up."""
+    import os
+    import signal
+    import threading
+
+    return {
+        "open fds": lambda: held.append(open(tmp_path / "held.db", "w")),  # noqa: SIM115  (the leak)
+        "signal handlers of SIGTERM": lambda: signal.signal(signal.SIGTERM, lambda *a: None),
+        "the umask": lambda: os.umask(0o077),
+        "threads still running": lambda: threading.Thread(target=release.wait, daemon=True).start(),
+        "sys.path": lambda: sys.path.append(str(tmp_path / "plugins")),
+        "the cwd": lambda: os.chdir(tmp_path),
+        "os.environ MUXHOST_LEAKED": lambda: os.environ.__setitem__("MUXHOST_LEAKED", "1"),
+    }
+
+
+@pytest.mark.parametrize("what", list(_leaks(Path("."), None, None)))
+def test_an_in_process_command_that_leaves_something_behind_fails_and_it_is_put_back(tmp_path, monkeypatch, what):
+    import os
+    import threading
+
+    from muxhost import cli
+    from muxhost.testing import Leak, run_cli
+
+    release, held = threading.Event(), []
+    leak = _leaks(tmp_path, release, held)[what]
+    (tmp_path / "home").mkdir()
+    env = {"HOME": str(tmp_path / "home"), "PATH": os.environ.get("PATH", os.defpath)}
+    path, cwd, environ = list(sys.path), os.getcwd(), dict(os.environ)
+    monkeypatch.setattr(cli, "main", lambda argv=None: 0)
+    assert run_cli(["clean"], env, str(tmp_path / "home")).rc == 0  # a command that leaves nothing
+    monkeypatch.setattr(cli, "main", lambda argv=None: leak() and 0)
+    try:
+        with pytest.raises(Leak, match=f"left behind: {what}"):
+            run_cli(["leaky"], env, str(tmp_path / "home"))
+        assert (sys.path, os.getcwd(), dict(os.environ)) == (path, cwd, environ)  # put back all the same
+    finally:
+        release.set()
+        for f in held:
+            f.close()
+
+
+# -- muxhost.testing's helpers -----------------------------------------------------------------------
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_something_an_install_step_gives_that_is_missing_fails_in_ci_and_is_skipped_elsewhere(monkeypatch, ci):
+    from muxhost.testing import agent_binary, missing
+
+    monkeypatch.setenv("CI", ci)
+    monkeypatch.delenv("MUXHOST_AGENT_BIN_DIR", raising=False)
+    outcome = pytest.fail.Exception if ci else pytest.skip.Exception
+    with pytest.raises(outcome, match="textual is not installed"):
+        missing("textual is not installed")
+    with pytest.raises(outcome, match="the no-such-agent CLI is not installed"):
+        agent_binary("no-such-agent")

@@ -16,19 +16,12 @@ import pytest
 from muxhost import procs
 from muxhost.errors import MuxhostError
 from muxhost.store import Store
-from muxhost.testing import load_module, wait_for
+from muxhost.testing import alive, load_module, wait_for
 
 
 
 _inprocess = load_module(Path(__file__).with_name("test_inprocess.py"))
 host_agents = _inprocess.host_agents  # the `host` fixture (muxhost.testing: the real host on a fake backend) gets the naive agent
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _kill(*pids: int) -> None:
@@ -63,9 +56,9 @@ def test_a_process_that_only_names_itself_tmux_is_stopped(mux, tmp_path):
     rec = mux.ok("launch", "namer", "--json")
     fake_pid = _pid(pidfile, "the fake tmux's pid")
     try:
-        assert _alive(fake_pid) and psutil.Process(fake_pid).name().startswith("tmux")
+        assert alive(fake_pid) and psutil.Process(fake_pid).name().startswith("tmux")
         mux.ok("stop", rec["id"], "--json")
-        assert not _alive(fake_pid)
+        assert not alive(fake_pid)
     finally:
         _kill(fake_pid)
 
@@ -106,7 +99,7 @@ def test_a_setsid_grandchild_that_cleared_its_environment_is_stopped(mux, tmp_pa
         assert procs.RECORD_ENV not in ps.environ() and os.getsid(escapee) != os.getsid(rec["pids"][0])
         assert ps.ppid() == rec["pids"][0]  # re-parented to the agent, not to init
         mux.ok("stop", rec["id"], "--json")
-        assert not _alive(escapee) and not _alive(rec["pids"][0])
+        assert not alive(escapee) and not alive(rec["pids"][0])
     finally:
         _kill(escapee)
 
@@ -133,7 +126,7 @@ def test_an_agent_that_exits_leaving_a_cleared_setsid_grandchild_leaves_nothing(
         assert procs.RECORD_ENV not in psutil.Process(escapee).environ()
         out = mux.ok("stop", rec["id"], "--json")
         assert out["outcome"] in ("hup", "term")  # something was left and ended
-        assert not _alive(escapee)
+        assert not alive(escapee)
     finally:
         _kill(escapee)
 
@@ -156,7 +149,7 @@ def test_a_stop_killed_before_its_record_is_written_is_finished_not_restored(mux
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         assert "test hold" in stopper.stderr.readline()  # the ladder ended; the record is not written
-        assert not _alive(agent)
+        assert not alive(agent)
         stopper.send_signal(signal.SIGKILL)
         stopper.wait()
         restored = mux.ok("restore", "--json")
@@ -253,7 +246,7 @@ def test_one_damaged_record_is_a_warning_and_stop_stops_every_other(mux):
         every = mux.run("stop", "--all", "--json")
         assert every.rc == 0 and [r["id"] for r in every.json] == [good[1]["id"]], every.err
         assert f"record {bad['id']}" in every.err
-        assert not _alive(good[0]["pids"][0]) and not _alive(good[1]["pids"][0])
+        assert not alive(good[0]["pids"][0]) and not alive(good[1]["pids"][0])
     finally:
         _kill(*bad["pids"][:1])
 
@@ -278,7 +271,7 @@ def test_a_stop_run_inside_the_agents_own_pane_finishes_and_reports(mux, tmp_pat
 
     report = json.loads(out.read_text())
     assert report["state"] == "stopped" and report["outcome"] in ("exit", "hup", "term", "kill"), err.read_text()
-    assert not _alive(rec["pids"][0])
+    assert not alive(rec["pids"][0])
     assert not mux.has_session(rec["name"])
     assert not procs.marked(rec["id"], procs.ProcessTable.snapshot())
 
@@ -303,6 +296,6 @@ def test_a_stop_inside_the_pane_never_signals_its_own_ancestors(mux, tmp_path):
         wait_for(lambda: err.exists() and "rc=" in err.read_text(), timeout=30, what="the stop to finish")
         text = err.read_text()
         assert "rc=1" in text and "ancestors" in text and str(rec["pids"][0]) in text, text
-        assert _alive(rec["pids"][0])  # left, and said: never signalled by the muxhost it runs
+        assert alive(rec["pids"][0])  # left, and said: never signalled by the muxhost it runs
     finally:
         _kill(rec["pids"][0])

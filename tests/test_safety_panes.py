@@ -17,10 +17,11 @@ import time
 import psutil
 import pytest
 
-from muxhost.testing import load_module, wait_for
+from muxhost.testing import alive, load_module, wait_for
 
 
-demo, row, alive = load_module(Path(__file__).with_name("test_fleet.py")).demo, load_module(Path(__file__).with_name("test_fleet.py")).row, load_module(Path(__file__).with_name("test_fleet.py")).alive
+_fleet = load_module(Path(__file__).with_name("test_fleet.py"))
+demo, row = _fleet.demo, _fleet.row
 host_agents = load_module(Path(__file__).with_name("test_inprocess.py")).host_agents  # for the `host` fixture
 
 

@@ -9,14 +9,7 @@ import psutil
 import pytest
 
 from muxhost import procs
-from muxhost.testing import wait_for
-
-
-def _alive(pid):
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+from muxhost.testing import alive, wait_for
 
 
 @pytest.mark.every_backend
@@ -24,13 +17,13 @@ def test_stubborn_agent_and_setsid_grandchild_are_all_killed(mux, stubborn_confi
     rec = mux.ok("launch", "stubborn", "--json")
     wait_for(stubborn_config.exists, what="the stubborn agent's pid file")
     pids = [int(x) for x in stubborn_config.read_text().split()]
-    assert len(pids) == 3 and all(_alive(p) for p in pids)
+    assert len(pids) == 3 and all(alive(p) for p in pids)
     # the grandchild really left the pane's session
     assert os.getsid(pids[2]) != os.getsid(pids[0])
     out = mux.ok("stop", rec["id"], "--json")
     assert out["outcome"] == "kill"
     assert out["state"] == "stopped"
-    assert [p for p in pids if _alive(p)] == []
+    assert [p for p in pids if alive(p)] == []
     assert not mux.has_session(rec["name"])
 
 
@@ -42,7 +35,7 @@ def test_cooperative_agent_exits_well_inside_the_grace(mux):
     out = mux.ok("stop", rec["id"], "--json")
     assert out["outcome"] == "exit"
     assert out["seconds"] < 3
-    assert not _alive(pid)
+    assert not alive(pid)
     # it exited through /exit: the demo removed its live registry entry on the way out
     assert not list((mux.home / ".local/share/muxhost-demo/live").glob("*.json"))
 
@@ -98,10 +91,10 @@ def test_stop_finds_setsid_children_by_their_record_environment(mux, tmp_path):
     rec = mux.launch_brief("leaver")
     wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="the orphan's pid")
     orphan = int(pidfile.read_text())
-    assert _alive(orphan)
+    assert alive(orphan)
     out = mux.ok("stop", rec["id"], "--json")
     assert out["outcome"] in ("hup", "term")
-    assert not _alive(orphan)
+    assert not alive(orphan)
 
 
 def test_stop_leaves_other_agents_in_the_same_session_running(mux):
@@ -109,9 +102,9 @@ def test_stop_leaves_other_agents_in_the_same_session_running(mux):
     second = mux.ok("launch", "demo", "--name", "bx", "--target", "ax", "--json")
     mux.wait_screen(second["pane"], "demo>")
     assert mux.ok("stop", "ax", "--json")["outcome"] == "exit"
-    assert _alive(second["pids"][0])
+    assert alive(second["pids"][0])
     assert mux.ok("show", "bx", "--json")["state"] == "running"
-    assert not _alive(first["pids"][0])
+    assert not alive(first["pids"][0])
 
 
 def test_a_process_started_while_exiting_is_stopped_too(mux, tmp_path):
@@ -128,7 +121,7 @@ def test_a_process_started_while_exiting_is_stopped_too(mux, tmp_path):
     mux.wait_screen(rec["pane"], "hook>")
     out = mux.ok("stop", rec["id"], "--json")
     hook = int(pidfile.read_text())
-    assert not _alive(hook)
+    assert not alive(hook)
     assert out["outcome"] in ("hup", "term")  # not "exit": something had to be ended
 
 
@@ -170,7 +163,7 @@ def test_a_hung_agent_is_stopped_with_the_defaults_in_about_four_seconds(mux, tm
     out = mux.ok("stop", rec["id"], "--json")
     wall = time.monotonic() - t0
     assert (out["outcome"], out["state"]) == ("kill", "stopped"), out
-    assert [p for p in pids if _alive(p)] == []
+    assert [p for p in pids if alive(p)] == []
     assert not mux.has_session(rec["name"])
     assert out["seconds"] < 6.5 and wall < 8.0, (out, wall)
 
@@ -180,7 +173,7 @@ def test_an_explicit_grace_is_waited_in_full(mux, tmp_path):
     rec, pids = _stubborn_with_defaults(mux, tmp_path)
     out = mux.ok("stop", rec["id"], "--grace", "3", "--json")
     assert out["outcome"] == "kill" and out["seconds"] >= 3.0, out
-    assert [p for p in pids if _alive(p)] == []
+    assert [p for p in pids if alive(p)] == []
 
 
 @pytest.mark.parametrize("leaving", [

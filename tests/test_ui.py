@@ -13,7 +13,12 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("textual")
+try:
+    import textual  # noqa: F401
+except ImportError:  # (a test dependency: missing in CI is a failure, not a skip)
+    from muxhost.testing import missing
+
+    missing("textual is not installed (pip install -e '.[test]')")
 
 import muxhost
 from muxhost.host import Host

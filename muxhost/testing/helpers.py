@@ -1,4 +1,4 @@
-"""Small helpers of every test tier: a command's result, polling, loading another test module, the
+"""Small helpers of every test tier: a command's result, polling, whether a process lives, loading another test module, the
 one-error-line check, the real agent CLIs, plugin packages pip-installed as a user would."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import pytest
 
@@ -37,6 +37,21 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def alive(pid: int, create_time: float | None = None) -> bool:
+    """True while ``pid`` runs and is not a zombie; with ``create_time``, only while it is the
+    process created then (:func:`muxhost.procs.same_process`: a pid taken again is not it)."""
+    import psutil
+
+    if create_time is not None:
+        from muxhost import procs
+
+        return procs.same_process(pid, create_time)
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def load_module(path: str | os.PathLike):
@@ -111,9 +126,23 @@ def install_plugin(folder: Path, dist: str, module: str, source: str, version: s
     return {"PYTHONPATH": path, "MUXHOST_LOAD_PLUGINS": module}
 
 
+def in_ci() -> bool:
+    """True in CI (``CI=true``, as .ci/run sets it)."""
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def missing(why: str) -> NoReturn:
+    """A test (or a test module, at its top) without something it needs that an install step gives
+    (an agent CLI, textual, sshd): a failure in CI, where that step is missing, else a skip that
+    says ``why``. Not for what CI cannot have at all (herdr, another OS): that is a plain skip."""
+    if in_ci():
+        pytest.fail(f"{why} (a failure in CI: CI=true)", pytrace=False)
+    pytest.skip(why, allow_module_level=True)
+
+
 def agent_binary(name: str) -> str:
     """The real agent CLI ``name``: from ``$MUXHOST_AGENT_BIN_DIR`` (set by .ci/run), else PATH.
-    Missing: a failure in CI (``CI=true``), a skip that says why elsewhere."""
+    Missing: :func:`missing` (a failure in CI, a skip that says why elsewhere)."""
     bin_dir = os.environ.get("MUXHOST_AGENT_BIN_DIR")
     found = None
     if bin_dir and os.access(os.path.join(bin_dir, name), os.X_OK):
@@ -121,7 +150,4 @@ def agent_binary(name: str) -> str:
     found = found or shutil.which(name)
     if found:
         return found
-    why = f"the {name} CLI is not installed (run .ci/run, or set MUXHOST_AGENT_BIN_DIR)"
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(why)
-    pytest.skip(why)
+    missing(f"the {name} CLI is not installed (run .ci/run, or set MUXHOST_AGENT_BIN_DIR)")

@@ -27,8 +27,45 @@ _LOCK = threading.Lock()
 
 class Leak(AssertionError):
     """An in-process command left something behind that a process exit would have cleaned up (an
-    open fd, a lock, a signal handler, the umask): a bug for every caller that runs many commands
-    in one process (the dashboard)."""
+    open fd, a lock, a signal handler, the umask, a thread still running, ``sys.path``, the cwd,
+    ``os.environ``): a bug for every caller that runs many commands in one process (the dashboard)."""
+
+
+# how long a thread the command started may take to end after it returned (a reader thread that
+# ends with its pipe); one still running then is a leak
+THREAD_GRACE = 1.0
+
+
+class _Started:
+    """Every thread started from the main thread (the command's own) while it is entered:
+    ``threading.Thread.start`` wrapped, for the threads a process exit would have ended."""
+
+    def __init__(self):
+        self.threads: list[threading.Thread] = []
+
+    def __enter__(self) -> "_Started":
+        self._start = start = threading.Thread.start
+        started = self.threads
+
+        def tracked(thread, *a, **kw):
+            if threading.current_thread() is threading.main_thread():  # (not a test's server thread)
+                started.append(thread)
+            return start(thread, *a, **kw)
+
+        threading.Thread.start = tracked
+        return self
+
+    def __exit__(self, *exc) -> None:
+        threading.Thread.start = self._start
+
+    def running(self, grace: float) -> list[threading.Thread]:
+        """Those still running after up to ``grace`` seconds in all."""
+        import time
+
+        deadline = time.monotonic() + grace
+        for t in self.threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return [t for t in self.threads if t.is_alive()]
 
 
 class _Timeout(BaseException):
@@ -107,7 +144,7 @@ def run_cli(argv: list[str], env: dict[str, str], cwd: str, input: str | None = 
                 stream.flush()
             except (OSError, ValueError):
                 pass
-        saved_env, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
+        saved_env, saved_cwd, saved_argv, saved_path = dict(os.environ), os.getcwd(), sys.argv, list(sys.path)
         saved_streams = (sys.stdin, sys.stdout, sys.stderr)
         saved_umask = os.umask(0o022)
         os.umask(saved_umask)
@@ -121,6 +158,7 @@ def run_cli(argv: list[str], env: dict[str, str], cwd: str, input: str | None = 
             files[0].seek(0)
         streams = []
         interrupted = False
+        threads = _Started()
         try:
             for fd, f in enumerate(files):
                 os.dup2(f.fileno(), fd)
@@ -132,6 +170,7 @@ def run_cli(argv: list[str], env: dict[str, str], cwd: str, input: str | None = 
             os.environ.clear()
             os.environ.update(env)
             os.chdir(cwd)
+            entered = os.getcwd()
             _clear_caches()
 
             def expire(signum, frame):
@@ -146,7 +185,8 @@ def run_cli(argv: list[str], env: dict[str, str], cwd: str, input: str | None = 
             timed_out = False
             try:
                 try:
-                    rc = _cli(list(argv))
+                    with threads:
+                        rc = _cli(list(argv))
                 finally:
                     signal.setitimer(signal.ITIMER_REAL, 0)
             except _Timeout:
@@ -164,6 +204,8 @@ def run_cli(argv: list[str], env: dict[str, str], cwd: str, input: str | None = 
                     pass
             if timed_out:
                 raise subprocess.TimeoutExpired(["muxhost", *argv], timeout)
+            # (while the fds are still the command's: what a thread of it prints late is its output)
+            running = threads.running(THREAD_GRACE)
         finally:
             for s in streams:
                 try:
@@ -175,7 +217,13 @@ def run_cli(argv: list[str], env: dict[str, str], cwd: str, input: str | None = 
                 os.dup2(saved, fd)
                 os.close(saved)
             sys.argv = saved_argv
+            path_now, sys.path[:] = list(sys.path), saved_path
+            try:
+                cwd_now = os.getcwd()
+            except OSError as e:  # (a folder it entered, then removed)
+                cwd_now = f"({e.strerror})"
             os.chdir(saved_cwd)
+            env_now = dict(os.environ)
             os.environ.clear()
             os.environ.update(saved_env)
             changed = {s: h for s, h in saved_signals.items()
@@ -211,6 +259,14 @@ def run_cli(argv: list[str], env: dict[str, str], cwd: str, input: str | None = 
         problems.append("signal handlers of " + ", ".join(signal.Signals(s).name for s in changed))
     if umask != saved_umask:
         problems.append(f"the umask ({umask:o}, was {saved_umask:o})")
+    if running:
+        problems.append("threads still running " + ", ".join(t.name for t in running))
+    if path_now != saved_path:
+        problems.append(f"sys.path ({', '.join(sorted(set(path_now) ^ set(saved_path)) or ['its order'])})")
+    if cwd_now != entered:
+        problems.append(f"the cwd ({cwd_now}, was {entered})")
+    if env_now != env:
+        problems.append("os.environ " + ", ".join(sorted(k for k in {*env, *env_now} if env.get(k) != env_now.get(k))))
     if problems:
         raise Leak(f"`muxhost {' '.join(argv)}` (in-process) left behind: {'; '.join(problems)}\n"
                    f"stdout: {out}\nstderr: {err}")
