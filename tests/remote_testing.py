@@ -20,7 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
+
+from muxhost.testing import missing  # (a failure in CI, a skip elsewhere)
 
 SSHD = "/usr/sbin/sshd"
 # the account tools live in sbin, which a scrubbed PATH (CI's, cron's) may not name
@@ -35,13 +36,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def missing(why: str) -> None:
-    """What the remote-host tests need is not here: a failure in CI (``CI=true``), a skip elsewhere."""
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"{why} (CI=true: a missing piece fails the remote-host tests)", pytrace=False)
-    pytest.skip(why)
 
 
 def need_root() -> None:

@@ -4,8 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from muxhost.testing import in_ci
 
-@pytest.mark.skipif(os.environ.get("CI", "").lower() not in ("1", "true", "yes"), reason="checked in CI only")
+
+@pytest.mark.skipif(not in_ci(), reason="checked in CI only")
 def test_ci_runs_without_the_callers_venv_agent_clis_or_muxhost_settings():
     env = os.environ
     assert "VIRTUAL_ENV" not in env and "PYTHONPATH" not in env
