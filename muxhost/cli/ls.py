@@ -26,19 +26,24 @@ def run(host, args) -> int:
     from muxhost.state import LIVE_STATES
 
     fleet = Fleet.start(host, args)  # the remote hosts' ls, asked while this one runs (None: no hosts)
-    every = host.ls() if fleet is None or fleet.local else []
+    try:
+        every = host.ls() if fleet is None or fleet.local else []
+    except BaseException:
+        if fleet is not None:
+            fleet.cancel()
+        raise
     for note in host.notes:
         print(f"muxhost: note: {note}", file=sys.stderr)
     lives = every if args.all else [lv for lv in every if lv.state in LIVE_STATES]
+    lost = [lv for lv in every if lv.state == "lost" and lv.rec.state in ("running", "starting")]
+    if lost and not args.all and not args.json:  # (their server went: a reboot, a crash, kill-server)
+        print(f"muxhost: note: {len(lost)} record(s) that were running lost their pane; `muxhost restore` "
+              "resumes them (`muxhost ls --all` lists them)", file=sys.stderr)
     if fleet is not None:
         return fleet.finish(lives)
     if args.json:
         out_json([lv.to_dict() for lv in lives])
         return 0
-    lost = [lv for lv in every if lv.state == "lost" and lv.rec.state in ("running", "starting")]
-    if lost and not args.all:  # (their server went: a reboot, a crash, kill-server)
-        print(f"muxhost: note: {len(lost)} record(s) that were running lost their pane; `muxhost restore` "
-              "resumes them (`muxhost ls --all` lists them)", file=sys.stderr)
     if not lives:
         print("no records" + ("" if args.all else " running (see `muxhost ls --all`)"))
         return 0

@@ -45,6 +45,10 @@ class Fleet:
             return None
         return cls(table, targets, want in (None, hosts_mod.LOCAL), args)
 
+    def cancel(self) -> None:
+        """The local look failed: ask no more (an ssh under way ends within ``hosts.timeout``)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
     def finish(self, lives) -> int:
         answers = self._answers.result()
         self._pool.shutdown()
