@@ -203,13 +203,15 @@ def _print_warnings(host) -> None:
 def _run(argv: list[str]) -> int:
     from muxhost.remote import dispatch
 
-    if (forwarded := dispatch(argv)) is not None:  # REF@HOST, launch --host, hosts, remote-serve
+    if (forwarded := dispatch(argv)) is not None:  # REF@HOST, launch --host, remote-serve
         return forwarded
     parser = build_parser(full=False)
     args = parser.parse_args(argv, argparse.Namespace(agent_args=[]))
     if not args.command:
         parser.print_help()
         return 2
+    if args.command == "hosts":  # (config and a file in the state folder: no host, nor its imports)
+        return import_module("muxhost.cli.hosts").run(None, args)
     host = parser.commands.host or load_host(args)
     try:
         if args.command in COMMANDS:
