@@ -11,3 +11,44 @@ def test_hosts_reads_the_global_options_as_every_command_does(mux):
         assert (r.rc, r.out, r.err) == (ls.rc, ls.out, ls.err), before
     assert mux.run("--bogus", "hosts", "ls").err == "muxhost: unrecognized arguments: --bogus\n"
     assert mux.run("hosts", "ls", "--bogus").err == "muxhost: unrecognized arguments: --bogus\n"
+
+
+FLAKY = '''
+import sys, uuid
+import muxhost
+
+
+class Flaky(muxhost.Agent):
+    name = "flaky"
+    exit_text = None
+    id_pattern = r"[0-9a-f]{32}"
+
+    def launch(self, ctx):
+        return muxhost.Launch([sys.executable, "-c", "import time; time.sleep(300)"], conversation_id=uuid.uuid4().hex)
+
+    def discover(self, ctx):
+        raise RuntimeError("disk on fire")
+
+
+@muxhost.hookimpl
+def muxhost_register_agents(register):
+    register(Flaky())
+'''
+
+
+def test_a_failed_plugin_hook_is_a_warning_line_with_json_too(mux, tmp_path):
+    """--json or not, every plugin hook that failed is a `muxhost: warning:` line on stderr: the
+    JSON document carries only the warnings of the records it shows (`stop --json` carried none of
+    `discover`'s, and said nothing)."""
+    from muxhost.testing import install_plugin
+
+    env = install_plugin(tmp_path / "flaky", "muxhost-flaky", "muxhost_flaky", FLAKY)
+    rec = mux.ok("launch", "flaky", "--json", env=env)
+    line = f"muxhost: warning: flaky: discover failed for record {rec['id']}: RuntimeError: disk on fire"
+    listed = mux.run("ls", "--json", env=env)
+    assert line in listed.err and '"hook": "discover"' in listed.out
+    for json_ in ([], ["--json"]):
+        r = mux.run("show", rec["id"], *json_, env=env)
+        assert r.rc == 0 and line in r.err, (json_, r)
+    r = mux.run("stop", rec["id"], "--json", env=env)
+    assert r.rc == 0 and line in r.err, r

@@ -193,7 +193,8 @@ def _print_damaged(host) -> None:
 
 
 def _print_warnings(host) -> None:
-    """One line per plugin hook that failed (``ls --json`` carries them as ``warnings``)."""
+    """One line per plugin hook that failed, ``--json`` too (a JSON document carries only the
+    ``warnings`` of the records it shows)."""
     for w in getattr(host, "warnings", ()):
         rec = f" for record {w['record']}" if w.get("record") else ""
         print(f"muxhost: warning: {w['agent']}: {w['hook']} failed{rec}: {w['error']} "
@@ -222,8 +223,7 @@ def _run(argv: list[str]) -> int:
         args.host = host
         return func(args) or 0
     finally:
-        if not getattr(args, "json", False):
-            _print_warnings(host)
+        _print_warnings(host)
         _print_damaged(host)
 
 
