@@ -52,3 +52,25 @@ def test_a_failed_plugin_hook_is_a_warning_line_with_json_too(mux, tmp_path):
         assert r.rc == 0 and line in r.err, (json_, r)
     r = mux.run("stop", rec["id"], "--json", env=env)
     assert r.rc == 0 and line in r.err, r
+
+
+def test_the_plugin_cache_is_written_through_no_link_and_read_only_when_it_is_yours(tmp_path, monkeypatch):
+    """The cache names the modules every command imports: in a cache folder another user can write
+    to, a link planted where the new file goes is not written through (it pointed at a file of
+    yours, which the cache overwrote), and a cache file that is not yours is not read."""
+    import os
+
+    from muxhost import plugins
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    path = tmp_path / "cache" / "plugins.json"
+    path.parent.mkdir()
+    os.symlink(victim, f"{path}.{os.getpid()}.tmp")
+    plugins._write_cache(str(path), [1], [], {})
+    assert victim.read_text() == "precious\n" and not path.is_symlink()
+    eps = [plugins.EntryPoint("x", "x_mod", "x-pkg", "1")]
+    plugins._write_cache(str(path), [1], eps, {})
+    assert plugins._read_cache(str(path), [1])[0][0].value == "x_mod"
+    monkeypatch.setattr(os, "geteuid", lambda: os.stat(path).st_uid + 1)  # (as another user would see it)
+    assert plugins._read_cache(str(path), [1]) is None
