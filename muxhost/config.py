@@ -155,8 +155,6 @@ def parse(text: str, path: str = "<config>") -> Config:
     lines: dict[str, int] = {}
     cfg.data = _check(node, SCHEMA, "", path, lines)
     cfg.lines = lines
-    if (cfg.data.get("watch") or {}).get("interval") == 0:
-        raise cfg.error("watch.interval", "must be more than 0 seconds")
     if (cfg.data.get("worktree") or {}).get("root") == "":
         raise cfg.error("worktree.root", "must not be empty")
     for name, entry in cfg.agents.items():

@@ -193,7 +193,8 @@ def _print_damaged(host) -> None:
 
 
 def _print_warnings(host) -> None:
-    """One line per plugin hook that failed (``ls --json`` carries them as ``warnings``)."""
+    """One line per plugin hook that failed, ``--json`` too (a JSON document carries only the
+    ``warnings`` of the records it shows)."""
     for w in getattr(host, "warnings", ()):
         rec = f" for record {w['record']}" if w.get("record") else ""
         print(f"muxhost: warning: {w['agent']}: {w['hook']} failed{rec}: {w['error']} "
@@ -203,13 +204,15 @@ def _print_warnings(host) -> None:
 def _run(argv: list[str]) -> int:
     from muxhost.remote import dispatch
 
-    if (forwarded := dispatch(argv)) is not None:  # REF@HOST, launch --host, hosts, remote-serve
+    if (forwarded := dispatch(argv)) is not None:  # REF@HOST, launch --host, remote-serve
         return forwarded
     parser = build_parser(full=False)
     args = parser.parse_args(argv, argparse.Namespace(agent_args=[]))
     if not args.command:
         parser.print_help()
         return 2
+    if args.command == "hosts":  # (config and a file in the state folder: no host, nor its imports)
+        return import_module("muxhost.cli.hosts").run(None, args)
     host = parser.commands.host or load_host(args)
     try:
         if args.command in COMMANDS:
@@ -220,8 +223,7 @@ def _run(argv: list[str]) -> int:
         args.host = host
         return func(args) or 0
     finally:
-        if not getattr(args, "json", False):
-            _print_warnings(host)
+        _print_warnings(host)
         _print_damaged(host)
 
 

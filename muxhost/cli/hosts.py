@@ -9,7 +9,7 @@ def add_arguments(sp) -> None:
     add_arguments(sp)
 
 
-def run(host, args) -> int:  # (muxhost.remote.dispatch answers `hosts` before a host is made)
+def run(host, args) -> int:  # (host: None, the CLI makes none for `hosts`)
     from muxhost.remote.hosts import run
 
     return run(getattr(args, "config", None), args)

@@ -324,8 +324,11 @@ def _fingerprint() -> tuple[list[Any], int] | None:
 
 
 def _read_cache(path: str, fp: list[Any]) -> tuple[list[EntryPoint], dict[str, Any]] | None:
+    """What the cache file says, when it is yours (it names the modules muxhost imports), else None."""
     try:
         with open(path, encoding="utf-8") as f:
+            if os.fstat(f.fileno()).st_uid != os.geteuid():
+                return None
             data = json.load(f)
         if data.get("fingerprint") != fp:
             return None
@@ -342,7 +345,9 @@ def _write_cache(path: str, fp: list[Any], eps: list[EntryPoint], plugins: dict[
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
+        # a new file, never through a link put there (a cache folder another user may write to)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+        with open(fd, "w", encoding="utf-8") as f:
             json.dump(data, f)
         os.replace(tmp, path)  # readers see the old file or the new one, never half of one
     except OSError:

@@ -51,10 +51,6 @@ def dispatch(argv: Sequence[str]) -> int | None:
     from muxhost.remote import protocol
 
     globals_, word, rest = split(argv)
-    if word == "hosts":
-        from muxhost.remote import hosts
-
-        return hosts.command(_config_of(globals_), rest)
     if protocol.serving():  # a request from another muxhost runs here, never hops on
         return None
     if word == protocol.SERVE_VERB:

@@ -167,12 +167,6 @@ def add_arguments(sp) -> None:
     json_flag(s)
 
 
-def command(config_path: str | None, rest: list[str]) -> int:
-    from muxhost.cli import build_parser
-
-    return run(config_path, build_parser(full=False).parse_args(["hosts", *rest]))
-
-
 def run(config_path: str | None, args) -> int:
     """``hosts ACTION`` with its parsed ``args``."""
     table = load(config_path)
