@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("textual")
 
 import muxhost
+from muxhost.errors import Refused
 from muxhost.host import Host
 from muxhost.plugins import get_plugin_manager
 from muxhost.store import Store
@@ -247,6 +248,37 @@ def test_purge_n_changes_nothing_and_y_purges_exactly_the_shown_conversation(wor
             assert row(app, "first").state == "running"
 
     run(go())
+
+
+def test_purge_y_after_the_agent_moved_on_is_about_the_shown_conversation_and_leaves_the_agent(world):
+    """The agent starts another conversation while the question is up: y is about the one shown (the
+    host's purge ``confirmed=``), never the new one, and does not stop the agent working in it (the
+    demo agent still holds the old one by its argv: refused, nothing removed); an id the record was
+    never in is refused."""
+    lv = world.host.launch("demo", cwd=str(world.tmp), name="mover")
+    shown = lv.rec.conversation_id
+
+    async def go():
+        app = dashboard(world)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await select(pilot, "mover")
+            await pilot.press("p")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the plan")
+            world.host.send(world.host.store.get(lv.rec.id), "/new")
+            wait_for(lambda: "new conversation" in world.fake.capture(lv.pane.pane_id), what="the /new")
+            await pilot.press("y")
+            await until(pilot, lambda: not app.pending and "muxhost:" in status(app), what="the refusal")
+            assert status(app).startswith(f"muxhost: conversation {shown} is in use: pid ")
+
+    run(go())
+    rec = world.host.store.get(lv.rec.id)
+    assert rec.conversation_id != shown and world.conversation(rec.conversation_id).exists()
+    assert world.conversation(shown).exists()
+    assert world.fake.procs[lv.pane.pane_id].poll() is None  # not stopped: it works in the new one
+    other = "d" * 8 + "-0000-4000-8000-" + "0" * 12
+    with pytest.raises(Refused, match="not in conversation"):
+        world.host.purge(rec=rec, stop=True, confirmed=other)
+    assert world.conversation(rec.conversation_id).exists() and world.fake.procs[lv.pane.pane_id].poll() is None
 
 
 def test_a_record_that_vanished_meanwhile_is_a_message_not_a_crash(world):
