@@ -281,6 +281,32 @@ def test_purge_y_after_the_agent_moved_on_is_about_the_shown_conversation_and_le
     assert world.conversation(rec.conversation_id).exists() and world.fake.procs[lv.pane.pane_id].poll() is None
 
 
+def test_a_pane_that_prints_while_the_feed_looks_is_looked_at_again(world, monkeypatch):
+    """What changes while ``Host.ls`` runs is not what the table shows: the next probe says look again
+    (not only LOOK_EVERY later)."""
+    from muxhost.ui import ops
+
+    lv = world.host.launch("demo", cwd=str(world.tmp), name="chatty")
+    wait_for(lambda: "muxhost demo agent" in world.fake.capture(lv.pane.pane_id), what="the prompt")
+    feed = ops.Feed(ops.Hosts(world.make))
+    host = feed.hosts.get()
+    ls = host.ls
+
+    def ls_then_print():
+        lives = ls()
+        with open(world.tmp / f"{lv.pane.pane_id}.out", "a") as out:  # (the fake pane's output mark moves)
+            out.write("printed while the feed looked\n")
+        return lives
+
+    monkeypatch.setattr(host, "ls", ls_then_print)
+    monkeypatch.setattr(ops, "LOOK_GAP", 0.0)
+    feed.look()
+    assert feed.due()
+    monkeypatch.setattr(host, "ls", ls)
+    feed.look()
+    assert not feed.due()  # (and nothing changed since: no look)
+
+
 def test_a_record_that_vanished_meanwhile_is_a_message_not_a_crash(world):
     """Another muxhost forgets the record after the key was pressed, before the action reaches the host."""
     import threading

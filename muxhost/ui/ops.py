@@ -234,10 +234,12 @@ class Feed:
         from muxhost.state import server_of
 
         host = self.hosts.get()
+        # (the probe's state before the look: what changes while it looks is a change the next
+        # probe sees — taken after, a pane that printed meanwhile would wait for LOOK_EVERY)
+        signature = self.probe()
         lives = host.ls()
         self.servers = {server_of(lv.rec) for lv in lives}
-        self._signature = self.probe()  # (the probe's state right after the look)
-        self._looked = time.monotonic()
+        self._signature, self._looked = signature, time.monotonic()
         marks = {lv.rec.id: (lv.pane.pane_id, lv.pane.last_output, lv.pane.output_mark)
                  for lv in lives if lv.pane is not None}
         notes = list(host.notes) + [f"warning: {w['agent']}: {w['hook']} failed: {w['error']}" for w in host.warnings]
