@@ -386,14 +386,18 @@ def test_filter_by_name_agent_folder_and_state(world):
 
 @pytest.mark.parametrize("size", [(80, 24), (200, 50)])
 def test_layout_fits(world, size):
-    """Every column and the preview fit 80×24; a wide terminal puts the preview beside the table."""
+    """Every column and the preview fit 80×24 (a name of 64 characters, a folder of wide ones too);
+    a wide terminal puts the preview beside the table."""
     for i in range(3):
         world.host.launch("demo", cwd=str(world.tmp), name=f"agent-{i}")
+    wide = world.tmp / ("幅" * 40)
+    wide.mkdir()
+    world.host.launch("demo", cwd=str(wide), name="n" * 64)
 
     async def go():
         app = dashboard(world)
         async with app.run_test(size=size) as pilot:
-            await until(pilot, lambda: len(app.rows) == 3 and app.selected, what="the rows")
+            await until(pilot, lambda: len(app.rows) == 4 and app.selected, what="the rows")
             await until(pilot, lambda: "muxhost demo agent" in str(app.query_one("#preview-text").content),
                         what="the preview")
             table, preview = app.query_one("#table"), app.query_one("#preview")

@@ -13,6 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
+from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 from textual import on
 from textual.app import App, ComposeResult
@@ -45,8 +46,20 @@ COLUMNS = ("status", "name", "agent", "conv", "where")
 #: below this width the preview goes under the table, not beside it
 WIDE = 140
 PREVIEW_LINES = 200
+#: the cells a name and an agent take at most (a name may be 64 characters: the rest of the row must fit 80)
+NAME_CELLS, AGENT_CELLS = 18, 9
 #: seconds the cursor rests on a row before its screen is read
 PREVIEW_REST = 0.15
+
+
+def fit(text: str, cells: int, left: bool = False) -> str:
+    """``text`` in at most ``cells`` terminal cells (a wide character takes two), cut with ``…`` at
+    the end (``left``: at the start, keeping a folder's last part)."""
+    if cell_len(text) <= cells:
+        return text
+    if left:
+        return "…" + set_cell_size(text[::-1], cells - 1)[::-1]
+    return set_cell_size(text, cells - 1) + "…"
 
 
 class HelpScreen(ModalScreen[None]):
@@ -244,7 +257,7 @@ class Dashboard(App):
 
     def _where_width(self) -> int:
         table_width = self.size.width * 3 // 5 if self.size.width >= WIDE else self.size.width
-        return max(12, table_width - 14 - 18 - 9 - 11 - 10)
+        return max(12, table_width - 14 - NAME_CELLS - AGENT_CELLS - 11 - 10)
 
     # -- the feed ------------------------------------------------------------------------------
     def _feed_loop(self) -> None:
@@ -309,9 +322,9 @@ class Dashboard(App):
     def _cells(self, r: Row, now: float, short: dict[str, str], width: int) -> tuple:
         """A row's cells as (text, style) pairs: compared with what the table shows, then drawn."""
         return ((f"{SYMBOL.get(r.status, ' ')} {r.how_long(now)}", STYLE.get(r.status, "")),
-                (r.name, "bold" if r.status == "waiting" else ""), (r.agent, ""),
+                (fit(r.name, NAME_CELLS), "bold" if r.status == "waiting" else ""), (fit(r.agent, AGENT_CELLS), ""),
                 (short.get(r.conversation or "", "-"), "" if r.resumable or r.state == "running" else "dim"),
-                (r.where(width), "magenta" if r.branch else ""))
+                (fit(r.where(width), width, left=not r.branch), "magenta" if r.branch else ""))
 
     def _render_rows(self) -> None:
         """The table from :attr:`rows`: in place, cell by cell, while the same rows stay in the same
