@@ -13,7 +13,12 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("textual")
+try:
+    import textual  # noqa: F401
+except ImportError:  # in CI (CI=true) the ui extra is installed: a missing Textual fails, never skips
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        raise
+    pytest.skip("Textual is not installed: pip install 'muxhost[ui]'", allow_module_level=True)
 
 import muxhost
 from muxhost.errors import Refused
