@@ -312,6 +312,30 @@ def test_a_pane_that_prints_while_the_feed_looks_is_looked_at_again(world, monke
     assert not feed.due()  # (and nothing changed since: no look)
 
 
+def test_enter_outside_tmux_execs_the_attach_only_once_the_actions_under_way_ended(world, monkeypatch):
+    """`s` on one row, then Enter on another outside tmux: the exec of the attach would end this
+    process in the middle of the stop's ladder; it waits for it."""
+    import threading
+
+    import muxhost.ui as ui
+
+    ended = threading.Event()
+
+    def dashboard_run(app):  # (the dashboard's life, without a terminal: a slow action, then Enter)
+        app.pending[1] = "stopping slow"
+        app._pool.submit(lambda: (time.sleep(0.5), ended.set()))
+        app.attach_argv = ["tmux", "attach"]
+        app.on_unmount()
+
+    execs = []
+    monkeypatch.setattr(Dashboard, "run", dashboard_run)
+    monkeypatch.setattr(os, "execvp", lambda file, argv: execs.append(ended.is_set()))
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    assert ui.run(world.make) == 0
+    assert execs == [True]
+
+
 def test_a_record_that_vanished_meanwhile_is_a_message_not_a_crash(world):
     """Another muxhost forgets the record after the key was pressed, before the action reaches the host."""
     import threading

@@ -8,6 +8,7 @@ back through ``call_from_thread``. So a stop of many, a purge or a slow tmux nev
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -589,3 +590,10 @@ class Dashboard(App):
         self._quit.set()
         self._wake.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def settle(self) -> None:
+        """After the dashboard ended: wait for the actions still under way (an exec of the attach
+        would cut a stop's ladder or a purge short, where the interpreter's exit waits for them)."""
+        if self.pending:
+            print(f"muxhost: waiting for: {'; '.join(self.pending.values())}", file=sys.stderr, flush=True)
+        self._pool.shutdown(wait=True)
