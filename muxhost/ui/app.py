@@ -217,6 +217,7 @@ class Dashboard(App):
         self._wake = threading.Event()  # the feed's thread: look at the preview (and the probe) now
         self._look_now = False  # ... and take a full look (an action ended)
         self._quit = threading.Event()
+        self.feed_marks: dict[str, tuple] = {}  # the last look's marks (ops.Look.marks)
         self._preview_of: tuple | None = None  # (record id, its pane's marks) the preview shows
         self._extra: str | None = None  # what a key put into the preview (the diff stat)
         self.attach_argv: list[str] | None = None  # Enter outside tmux: exec'd after the dashboard ends
@@ -307,8 +308,6 @@ class Dashboard(App):
         except MuxhostError as e:
             text = f"({e})"
         self._call(self._show_preview, rid, text)
-
-    feed_marks: dict = {}
 
     def _show_look(self, look: ops.Look) -> None:
         self.rows, self.looked_at, self.feed_marks = look.rows, look.at, look.marks
