@@ -26,14 +26,14 @@ import argparse
 import json
 import os
 import resource
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import _fleet
 
 
 # the floor's Python: what any `ls` pays before its own code (the process table read as muxhost reads it)
@@ -148,25 +148,14 @@ def main() -> int:
         return 0
 
     tmp = Path(tempfile.mkdtemp(prefix="muxhost-bench-"))
-    (tmp / "home").mkdir()
     socket = f"muxhost-bench-{os.getpid()}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TMUX", "MUXHOST_", "XDG_"))}
-    env.update(HOME=str(tmp / "home"), MUXHOST_STATE_DIR=str(tmp / "state"), MUXHOST_TMUX_SOCKET=socket,
-               MUXHOST_CONFIG=str(tmp / "none.yaml"))
+    env = _fleet.env_for(tmp, socket)
     builtins = {**env, "MUXHOST_LOAD_PLUGINS": ""}
     os.environ.update(builtins)  # the demo agents are started from here, with the built-ins only
-    from muxhost import procs
-    from muxhost.host import Host
-    from muxhost.store import Store
-
     py = sys.executable
     compile_bytecode()
     try:
-        t0 = time.perf_counter()
-        host = Host()
-        for _ in range(args.n):
-            host.launch("demo", cwd=str(tmp))
-        print(f"started {args.n} demo agents in {time.perf_counter() - t0:.1f}s on socket {socket}")
+        _fleet.start(args.n, tmp, socket)
         time.sleep(1.0)
         listed = json.loads(subprocess.run([py, "-m", "muxhost", "ls", "--json"], env=env, capture_output=True,
                                            text=True, check=True).stdout)  # also writes the plugin cache
@@ -184,12 +173,7 @@ def main() -> int:
                           "help": ([py, "-m", "muxhost", "--help"], env)}, args.runs)
         report(t, t_naive)
     finally:
-        table = procs.ProcessTable.snapshot()
-        for rec in Store().all():
-            for p in procs.marked(rec.id, table):
-                procs.signal_if_same(p.pid, p.create_time, signal.SIGKILL)
-        subprocess.run(["tmux", "-L", socket, "kill-server"], stderr=subprocess.DEVNULL)
-        shutil.rmtree(tmp, ignore_errors=True)
+        _fleet.end(socket, tmp / "state", tmp)
     return 0
 
 

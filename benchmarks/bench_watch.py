@@ -25,6 +25,8 @@ from pathlib import Path
 
 import psutil
 
+import _fleet
+
 
 def cpu(p: psutil.Process, children: bool = False) -> float:
     t = p.cpu_times()
@@ -38,18 +40,12 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=1.0, help="watch.interval (default 1)")
     args = ap.parse_args()
 
-    from muxhost import procs
-    from muxhost.store import Store
-
     tmp = Path(tempfile.mkdtemp(prefix="muxhost-bench-watch-"))
-    (tmp / "home").mkdir()
     socket = f"muxhost-bench-watch-{os.getpid()}"
     state = tmp / "state"
     config = tmp / "config.yaml"
     config.write_text(f"watch: {{interval: {args.interval}}}\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TMUX", "MUXHOST_", "XDG_"))}
-    env.update(HOME=str(tmp / "home"), MUXHOST_STATE_DIR=str(state), MUXHOST_TMUX_SOCKET=socket,
-               MUXHOST_CONFIG=str(config), MUXHOST_LOAD_PLUGINS="")
+    env = _fleet.env_for(tmp, socket, MUXHOST_CONFIG=str(config), MUXHOST_LOAD_PLUGINS="")
     py = sys.executable
     tmux = ["tmux", "-L", socket]
     watch = None
@@ -109,13 +105,7 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 watch.kill()
         os.environ["MUXHOST_STATE_DIR"] = str(state)
-        table = procs.ProcessTable.snapshot()
-        if (state / "state.db").exists():
-            for rec in Store(state / "state.db").all():
-                mine = [q for pid, ct in rec.pids for q in table.tree_of((int(pid), ct))]
-                for q in [*mine, *procs.marked(rec.id, table)]:
-                    procs.signal_if_same(q.pid, q.create_time, signal.SIGKILL)
-        subprocess.run([*tmux, "kill-server"], stderr=subprocess.DEVNULL)
+        _fleet.end(socket, state, tmp)
 
 
 if __name__ == "__main__":

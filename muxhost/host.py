@@ -205,9 +205,9 @@ class Host:
     def purge(self, *, rec: Record | None = None, agent_name: str | None = None,
               conversation_id: str | None = None, home: str | None = None, dry_run: bool = False,
               stop: bool = False, confirm: Callable[[PurgeReport], bool] | None = None,
-              ctx: AgentContext | None = None) -> PurgeReport:
+              ctx: AgentContext | None = None, confirmed: str | None = None) -> PurgeReport:
         return self.purging.purge(rec=rec, agent_name=agent_name, conversation_id=conversation_id, home=home,
-                                  dry_run=dry_run, stop=stop, confirm=confirm, ctx=ctx)
+                                  dry_run=dry_run, stop=stop, confirm=confirm, ctx=ctx, confirmed=confirmed)
 
     def purge_pane(self, pane_id: str, *, dry_run: bool = False, stop: bool = False,
                    confirm: Callable[[PurgeReport], bool] | None = None, confirmed: str | None = None) -> PurgeReport:

@@ -38,8 +38,11 @@ class Purging:
     def purge(self, *, rec: Record | None = None, agent_name: str | None = None,
               conversation_id: str | None = None, home: str | None = None, dry_run: bool = False,
               stop: bool = False, confirm: Callable[[PurgeReport], bool] | None = None,
-              ctx: AgentContext | None = None) -> PurgeReport:
-        """validate → in_use → artifacts (the plan) → veto → purge → artifacts (the residual)."""
+              ctx: AgentContext | None = None, confirmed: str | None = None) -> PurgeReport:
+        """validate → in_use → artifacts (the plan) → veto → purge → artifacts (the residual).
+        ``confirmed`` (with ``rec``): the id the user said yes to after a dry run, purged exactly; the
+        record's conversation is read again first: refused when the record was never in it, and not
+        stopped first when it is an earlier one of the record's (its agent is in another by now)."""
         view = None  # (one look serves the refresh, --stop's state and its ladder)
         if rec is not None:
             agent = self.core.registry.agent(rec.agent)
@@ -48,6 +51,11 @@ class Purging:
                     view = self.state.view([rec])
                     self.state.refresh([self.state.live(rec, view, agent, check_resumable=False)], view)
                 conversation_id = rec.conversation_id
+                if confirmed is not None and confirmed != conversation_id:
+                    if confirmed not in rec.conversations:
+                        raise Refused(f"{rec.name} is not in conversation {confirmed} any more: nothing purged; "
+                                      "look again")
+                    conversation_id, stop = confirmed, False
             if not conversation_id:
                 raise NotFound(f"record {rec.id} has no conversation id: nothing to purge")
         else:

@@ -15,12 +15,13 @@ import pytest
 
 try:
     import textual  # noqa: F401
-except ImportError:  # (a test dependency: missing in CI is a failure, not a skip)
+except ImportError:  # (the ui extra: missing in CI is a failure, not a skip)
     from muxhost.testing import missing
 
-    missing("textual is not installed (pip install -e '.[test]')")
+    missing("Textual is not installed: pip install -e '.[test,ui]' (./dev test does)")
 
 import muxhost
+from muxhost.errors import Refused
 from muxhost.host import Host
 from muxhost.plugins import get_plugin_manager
 from muxhost.store import Store
@@ -254,6 +255,87 @@ def test_purge_n_changes_nothing_and_y_purges_exactly_the_shown_conversation(wor
     run(go())
 
 
+def test_purge_y_after_the_agent_moved_on_is_about_the_shown_conversation_and_leaves_the_agent(world):
+    """The agent starts another conversation while the question is up: y is about the one shown (the
+    host's purge ``confirmed=``), never the new one, and does not stop the agent working in it (the
+    demo agent still holds the old one by its argv: refused, nothing removed); an id the record was
+    never in is refused."""
+    lv = world.host.launch("demo", cwd=str(world.tmp), name="mover")
+    shown = lv.rec.conversation_id
+
+    async def go():
+        app = dashboard(world)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await select(pilot, "mover")
+            await pilot.press("p")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the plan")
+            world.host.send(world.host.store.get(lv.rec.id), "/new")
+            wait_for(lambda: "new conversation" in world.fake.capture(lv.pane.pane_id), what="the /new")
+            await pilot.press("y")
+            await until(pilot, lambda: not app.pending and "muxhost:" in status(app), what="the refusal")
+            assert status(app).startswith(f"muxhost: conversation {shown} is in use: pid ")
+
+    run(go())
+    rec = world.host.store.get(lv.rec.id)
+    assert rec.conversation_id != shown and world.conversation(rec.conversation_id).exists()
+    assert world.conversation(shown).exists()
+    assert world.fake.procs[lv.pane.pane_id].poll() is None  # not stopped: it works in the new one
+    other = "d" * 8 + "-0000-4000-8000-" + "0" * 12
+    with pytest.raises(Refused, match="not in conversation"):
+        world.host.purge(rec=rec, stop=True, confirmed=other)
+    assert world.conversation(rec.conversation_id).exists() and world.fake.procs[lv.pane.pane_id].poll() is None
+
+
+def test_a_pane_that_prints_while_the_feed_looks_is_looked_at_again(world, monkeypatch):
+    """What changes while ``Host.ls`` runs is not what the table shows: the next probe says look again
+    (not only LOOK_EVERY later)."""
+    from muxhost.ui import ops
+
+    lv = world.host.launch("demo", cwd=str(world.tmp), name="chatty")
+    wait_for(lambda: "muxhost demo agent" in world.fake.capture(lv.pane.pane_id), what="the prompt")
+    feed = ops.Feed(ops.Hosts(world.make))
+    host = feed.hosts.get()
+    ls = host.ls
+
+    def ls_then_print():
+        lives = ls()
+        with open(world.tmp / f"{lv.pane.pane_id}.out", "a") as out:  # (the fake pane's output mark moves)
+            out.write("printed while the feed looked\n")
+        return lives
+
+    monkeypatch.setattr(host, "ls", ls_then_print)
+    monkeypatch.setattr(ops, "LOOK_GAP", 0.0)
+    feed.look()
+    assert feed.due()
+    monkeypatch.setattr(host, "ls", ls)
+    feed.look()
+    assert not feed.due()  # (and nothing changed since: no look)
+
+
+def test_enter_outside_tmux_execs_the_attach_only_once_the_actions_under_way_ended(world, monkeypatch):
+    """`s` on one row, then Enter on another outside tmux: the exec of the attach would end this
+    process in the middle of the stop's ladder; it waits for it."""
+    import threading
+
+    import muxhost.ui as ui
+
+    ended = threading.Event()
+
+    def dashboard_run(app):  # (the dashboard's life, without a terminal: a slow action, then Enter)
+        app.pending[1] = "stopping slow"
+        app._pool.submit(lambda: (time.sleep(0.5), ended.set()))
+        app.attach_argv = ["tmux", "attach"]
+        app.on_unmount()
+
+    execs = []
+    monkeypatch.setattr(Dashboard, "run", dashboard_run)
+    monkeypatch.setattr(os, "execvp", lambda file, argv: execs.append(ended.is_set()))
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    assert ui.run(world.make) == 0
+    assert execs == [True]
+
+
 def test_a_record_that_vanished_meanwhile_is_a_message_not_a_crash(world):
     """Another muxhost forgets the record after the key was pressed, before the action reaches the host."""
     import threading
@@ -333,14 +415,18 @@ def test_filter_by_name_agent_folder_and_state(world):
 
 @pytest.mark.parametrize("size", [(80, 24), (200, 50)])
 def test_layout_fits(world, size):
-    """Every column and the preview fit 80×24; a wide terminal puts the preview beside the table."""
+    """Every column and the preview fit 80×24 (a name of 64 characters, a folder of wide ones too);
+    a wide terminal puts the preview beside the table."""
     for i in range(3):
         world.host.launch("demo", cwd=str(world.tmp), name=f"agent-{i}")
+    wide = world.tmp / ("幅" * 40)
+    wide.mkdir()
+    world.host.launch("demo", cwd=str(wide), name="n" * 64)
 
     async def go():
         app = dashboard(world)
         async with app.run_test(size=size) as pilot:
-            await until(pilot, lambda: len(app.rows) == 3 and app.selected, what="the rows")
+            await until(pilot, lambda: len(app.rows) == 4 and app.selected, what="the rows")
             await until(pilot, lambda: "muxhost demo agent" in str(app.query_one("#preview-text").content),
                         what="the preview")
             table, preview = app.query_one("#table"), app.query_one("#preview")

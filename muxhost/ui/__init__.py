@@ -68,6 +68,7 @@ def run(make_host: Callable[[], Any], popup: bool = False) -> int:
     app = Dashboard(make_host, popup=popup, where=f"{b.name} {b.where()}", feed=feed, first=first)
     app.run()
     if app.attach_argv:
+        app.settle()  # (a stop or purge of another row still under way ends first)
         sys.stdout.flush()
         os.execvp(app.attach_argv[0], app.attach_argv)
     return 0

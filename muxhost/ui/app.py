@@ -8,11 +8,13 @@ back through ``call_from_thread``. So a stop of many, a purge or a slow tmux nev
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
+from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 from textual import on
 from textual.app import App, ComposeResult
@@ -45,8 +47,20 @@ COLUMNS = ("status", "name", "agent", "conv", "where")
 #: below this width the preview goes under the table, not beside it
 WIDE = 140
 PREVIEW_LINES = 200
+#: the cells a name and an agent take at most (a name may be 64 characters: the rest of the row must fit 80)
+NAME_CELLS, AGENT_CELLS = 18, 9
 #: seconds the cursor rests on a row before its screen is read
 PREVIEW_REST = 0.15
+
+
+def fit(text: str, cells: int, left: bool = False) -> str:
+    """``text`` in at most ``cells`` terminal cells (a wide character takes two), cut with ``…`` at
+    the end (``left``: at the start, keeping a folder's last part)."""
+    if cell_len(text) <= cells:
+        return text
+    if left:
+        return "…" + set_cell_size(text[::-1], cells - 1)[::-1]
+    return set_cell_size(text, cells - 1) + "…"
 
 
 class HelpScreen(ModalScreen[None]):
@@ -203,6 +217,7 @@ class Dashboard(App):
         self._wake = threading.Event()  # the feed's thread: look at the preview (and the probe) now
         self._look_now = False  # ... and take a full look (an action ended)
         self._quit = threading.Event()
+        self.feed_marks: dict[str, tuple] = {}  # the last look's marks (ops.Look.marks)
         self._preview_of: tuple | None = None  # (record id, its pane's marks) the preview shows
         self._extra: str | None = None  # what a key put into the preview (the diff stat)
         self.attach_argv: list[str] | None = None  # Enter outside tmux: exec'd after the dashboard ends
@@ -244,7 +259,7 @@ class Dashboard(App):
 
     def _where_width(self) -> int:
         table_width = self.size.width * 3 // 5 if self.size.width >= WIDE else self.size.width
-        return max(12, table_width - 14 - 18 - 9 - 11 - 10)
+        return max(12, table_width - 14 - NAME_CELLS - AGENT_CELLS - 11 - 10)
 
     # -- the feed ------------------------------------------------------------------------------
     def _feed_loop(self) -> None:
@@ -294,8 +309,6 @@ class Dashboard(App):
             text = f"({e})"
         self._call(self._show_preview, rid, text)
 
-    feed_marks: dict = {}
-
     def _show_look(self, look: ops.Look) -> None:
         self.rows, self.looked_at, self.feed_marks = look.rows, look.at, look.marks
         self.notes = look.notes
@@ -309,9 +322,9 @@ class Dashboard(App):
     def _cells(self, r: Row, now: float, short: dict[str, str], width: int) -> tuple:
         """A row's cells as (text, style) pairs: compared with what the table shows, then drawn."""
         return ((f"{SYMBOL.get(r.status, ' ')} {r.how_long(now)}", STYLE.get(r.status, "")),
-                (r.name, "bold" if r.status == "waiting" else ""), (r.agent, ""),
+                (fit(r.name, NAME_CELLS), "bold" if r.status == "waiting" else ""), (fit(r.agent, AGENT_CELLS), ""),
                 (short.get(r.conversation or "", "-"), "" if r.resumable or r.state == "running" else "dim"),
-                (r.where(width), "magenta" if r.branch else ""))
+                (fit(r.where(width), width, left=not r.branch), "magenta" if r.branch else ""))
 
     def _render_rows(self) -> None:
         """The table from :attr:`rows`: in place, cell by cell, while the same rows stay in the same
@@ -576,3 +589,10 @@ class Dashboard(App):
         self._quit.set()
         self._wake.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def settle(self) -> None:
+        """After the dashboard ended: wait for the actions still under way (an exec of the attach
+        would cut a stop's ladder or a purge short, where the interpreter's exit waits for them)."""
+        if self.pending:
+            print(f"muxhost: waiting for: {'; '.join(self.pending.values())}", file=sys.stderr, flush=True)
+        self._pool.shutdown(wait=True)

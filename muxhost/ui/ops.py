@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from muxhost.errors import MuxhostError, NotFound, Refused
+from muxhost.errors import MuxhostError, NotFound
 
 from muxhost.ui.rows import Row, row_of
 
@@ -105,19 +105,10 @@ def purge_plan(host, rid: str):
 
 
 def purge(host, rid: str, conversation_id: str) -> str:
-    """Purge exactly ``conversation_id`` (the one the confirmation showed), stopping the record first;
-    refused when the record is in another conversation by now."""
+    """Purge exactly ``conversation_id`` (the one the confirmation showed), stopping the record first
+    (``Host.purge``'s ``confirmed``: refused when the record was never in it)."""
     rec = record(host, rid)
-    if rec.state != "stopped":
-        view = host.view([rec])
-        host.refresh([host.live(rec, view, check_resumable=False)], view)
-        rec = record(host, rid)
-    if rec.conversation_id != conversation_id and conversation_id not in rec.conversations:
-        raise Refused(f"{rec.name} is not in conversation {conversation_id} any more: nothing purged; look again")
-    if rec.conversation_id != conversation_id:  # an earlier conversation of the record: not its agent's now
-        report = host.purge(rec=rec, conversation_id=conversation_id, confirm=None)
-    else:
-        report = host.purge(rec=rec, conversation_id=conversation_id, stop=True, confirm=None)
+    report = host.purge(rec=rec, stop=True, confirm=None, confirmed=conversation_id)
     first = f"stopped {rec.name} ({report.stopped['outcome']}), " if report.stopped else ""
     if report.residual:
         raise MuxhostError(f"purge incomplete: {len(report.residual)} item(s) left: {report.residual[0]}", 5)
@@ -243,10 +234,12 @@ class Feed:
         from muxhost.state import server_of
 
         host = self.hosts.get()
+        # (the probe's state before the look: what changes while it looks is a change the next
+        # probe sees — taken after, a pane that printed meanwhile would wait for LOOK_EVERY)
+        signature = self.probe()
         lives = host.ls()
         self.servers = {server_of(lv.rec) for lv in lives}
-        self._signature = self.probe()  # (the probe's state right after the look)
-        self._looked = time.monotonic()
+        self._signature, self._looked = signature, time.monotonic()
         marks = {lv.rec.id: (lv.pane.pane_id, lv.pane.last_output, lv.pane.output_mark)
                  for lv in lives if lv.pane is not None}
         notes = list(host.notes) + [f"warning: {w['agent']}: {w['hook']} failed: {w['error']}" for w in host.warnings]
