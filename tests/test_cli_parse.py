@@ -74,3 +74,18 @@ def test_the_plugin_cache_is_written_through_no_link_and_read_only_when_it_is_yo
     assert plugins._read_cache(str(path), [1])[0][0].value == "x_mod"
     monkeypatch.setattr(os, "geteuid", lambda: os.stat(path).st_uid + 1)  # (as another user would see it)
     assert plugins._read_cache(str(path), [1]) is None
+
+
+def test_purge_confirmed_purges_the_shown_conversation_or_nothing(mux):
+    """``purge REF --confirmed ID`` (what ``purge REF@HOST`` sends after its dry run was answered
+    y): a conversation the record was never in is refused and nothing goes; the shown one goes."""
+    rec = mux.ok("launch", "demo", "--json")
+    mux.wait_screen(rec["pane"], "demo>")
+    shown = mux.ok("purge", rec["id"], "--dry-run", "--json")
+    other = "0" * 32 if shown["conversation_id"] != "0" * 32 else "1" * 32
+    r = mux.run("purge", rec["id"], "--yes", "--stop", "--confirmed", other)
+    assert r.rc == 4 and f"not in conversation {other}" in r.err, r
+    assert mux.ok("show", rec["id"], "--json")["state"] == "running"  # (refused before the stop)
+    done = mux.ok("purge", rec["id"], "--yes", "--stop", "--confirmed", shown["conversation_id"], "--json")
+    assert done["conversation_id"] == shown["conversation_id"] and done["removed"] and not done["residual"]
+    assert mux.run("purge", "--agent", "demo", "--conversation", other, "--confirmed", other).rc == 2

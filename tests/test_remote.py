@@ -12,6 +12,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -283,3 +284,29 @@ def test_attach_inside_tmux_runs_no_format_of_the_ref_here(box, tmp_path):
     assert r.rc == 0, r.err
     time.sleep(2)  # (tmux runs a #() job in the background)
     assert not pwned.exists(), "the REF's #(…) ran as a tmux job here"
+
+
+def test_purge_at_a_host_purges_the_conversation_it_showed_or_nothing(box):
+    """``purge REF@HOST`` without --yes shows the remote plan and asks here; the agent moves to a new
+    conversation before the answer: a yes purges the one shown or nothing — never the new one."""
+    box.ok("launch", "demo", "--host", "box", "--name", "ask", "--json")
+    wait_for(lambda: "demo>" in box.ok("read", "ask@box"), what="the demo prompt")
+    box.ok("send", "ask@box", "make a conversation")
+    box.ok("wait", "ask@box", "--until", "idle", "--timeout", "30")
+    first = box.ok("show", "ask@box", "--json")["conversation_id"]
+    pane = box.shell(box.home, box.env)
+    box.type(pane, f"{sys.executable} -m muxhost purge ask@box --stop; echo rc=$((100 + $?))")  # (rc=1xx: not the typed line)
+    screen = box.wait_screen(pane, "for good? [y/N]", timeout=30)
+    assert first in screen  # (the plan shown is the remote's, of the conversation it is in now)
+    box.ok("send", "ask@box", "/new")
+    box.ok("send", "ask@box", "a new one")
+    box.ok("wait", "ask@box", "--until", "idle", "--timeout", "30")
+    now = wait_for(lambda: (lambda c: c if c != first else None)(box.ok("show", "ask@box", "--json")["conversation_id"]),
+                   what="the agent in a new conversation")
+    convs = box.remote.home / ".local" / "share" / "muxhost-demo" / "conversations"
+    before = (convs / f"{now}.jsonl").read_bytes()
+    box.type(pane, "y")
+    box.wait_screen(pane, "rc=1", timeout=60)
+    assert (convs / f"{now}.jsonl").read_bytes() == before, "the conversation nobody was shown is untouched"
+    assert box.ok("show", "ask@box", "--json")["state"] == "running"  # (not stopped for another conversation)
+    box.end_shell(pane)

@@ -22,6 +22,8 @@ def add_arguments(sp) -> None:
     sp.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
     sp.add_argument("--yes", "-y", action="store_true", help="do not ask")
     sp.add_argument("--stop", action="store_true", help="run the stop ladder first")
+    sp.add_argument("--confirmed", metavar="ID", help="with REF: purge conversation ID (the one a dry run "
+                    "showed) and nothing else; refused when the record was never in it")
     sp.add_argument("--tmux-prepare", action="store_true", help=argparse.SUPPRESS)
     sp.add_argument("--tmux-message", action="store_true", help=argparse.SUPPRESS)
     sp.add_argument("--client", help=argparse.SUPPRESS)
@@ -36,6 +38,8 @@ def run(host, args) -> int:
         raise UsageError("purge takes one of: REF, --pane PANE, or --agent A --conversation ID")
     if (args.agent or args.conversation) and not (args.agent and args.conversation):
         raise UsageError("--agent and --conversation go together")
+    if args.confirmed and not args.ref:
+        raise UsageError("--confirmed goes with REF")
     confirm = None
     if not args.yes and not args.dry_run:
         if not sys.stdin.isatty():
@@ -44,17 +48,19 @@ def run(host, args) -> int:
     if args.pane:
         report = host.purge_pane(args.pane, dry_run=args.dry_run, stop=args.stop, confirm=confirm)
     elif args.ref:
-        report = host.purge(rec=host.resolve(args.ref), dry_run=args.dry_run, stop=args.stop, confirm=confirm)
+        report = host.purge(rec=host.resolve(args.ref), dry_run=args.dry_run, stop=args.stop, confirm=confirm,
+                            confirmed=args.confirmed)
     else:
         report = host.purge(agent_name=args.agent, conversation_id=args.conversation, home=args.home,
                             dry_run=args.dry_run, stop=args.stop, confirm=confirm)
-    _print_report(report, args.json)
+    print_report(report, args.json)
     if report.residual:
         raise MuxhostError(f"purge incomplete: {len(report.residual)} item(s) left: {report.residual[0]}", INCOMPLETE)
     return 0
 
 
-def _print_report(report, as_json: bool) -> None:
+def print_report(report, as_json: bool) -> None:
+    """The report as ``purge`` prints it (``report``: a PurgeReport, or anything with its fields)."""
     if as_json:
         out_json(report.to_dict())
         return

@@ -126,14 +126,23 @@ def _forward_ref(config_path: str | None, word: str, rest: list[str], positions:
 
 
 def _purge_confirmed(host, args: list[str], timeout: float) -> int:
-    """``purge REF@HOST`` without ``--yes``: the remote plan (``--dry-run``), asked here, then ``--yes``."""
+    """``purge REF@HOST`` without ``--yes``: the remote plan (``--dry-run``), asked here, then that
+    conversation purged there (``--yes --confirmed ID``: not the one the agent is in by then)."""
+    import types
+
+    from muxhost.cli.purge import print_report
     from muxhost.remote import transport
 
     if not sys.stdin.isatty():
         raise UsageError("refusing to purge without --yes when stdin is not a terminal")
-    rc = transport.forward(host, ["purge", *args, "--dry-run"], timeout=timeout)
-    if rc != 0:
-        return rc
+    shown = transport.ask(host, ["purge", *[a for a in args if a != "--json"], "--dry-run", "--json"], timeout)
+    if not shown.ok or not isinstance(shown.doc, dict) or not shown.doc.get("conversation_id"):
+        sys.stderr.write(shown.err)
+        if not shown.ok and shown.reason:
+            print(f"muxhost: {host.name}: {shown.reason}", file=sys.stderr)
+        return shown.rc or 1
+    print_report(types.SimpleNamespace(**{"stopped": None, "home": None, "refused": None, "notes": [],
+                                          **shown.doc}), False)
     try:
         answer = input(f"purge this on {host.name} for good? [y/N] ")
     except EOFError:
@@ -141,11 +150,12 @@ def _purge_confirmed(host, args: list[str], timeout: float) -> int:
     if answer.strip().lower() not in ("y", "yes"):
         print("muxhost: not purged", file=sys.stderr)
         return 4
-    return transport.forward(host, ["purge", *args, "--yes"], timeout=timeout)
+    return transport.forward(host, ["purge", *args, "--yes", "--confirmed", shown.doc["conversation_id"]],
+                             timeout=timeout)
 
 
 # options of the REF verbs that take a value (what follows them is no REF)
-_VALUED = {"--grace", "--idle-for", "--target", "--split", "--agent", "--conversation", "--pane", "--home",
+_VALUED = {"--confirmed", "--grace", "--idle-for", "--target", "--split", "--agent", "--conversation", "--pane", "--home",
            "--client", "--until", "--timeout", "--lines"}
 
 
