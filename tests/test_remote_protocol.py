@@ -3,6 +3,7 @@ arguments are REFs for a host, quoting for the remote shell, the ssh command lin
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -223,3 +224,19 @@ def test_serve_gives_a_requests_env_to_launch_as_its_env_arguments(monkeypatch, 
         protocol.request(["launch", "demo", "--env", "A=1", "--", "x"], {"TOKEN": "s p=ace"}))))
     assert protocol.serve() == 0
     assert ran == [["launch", "--env=TOKEN=s p=ace", "demo", "--env", "A=1", "--", "x"]]
+
+
+def test_the_options_that_take_a_value_are_the_parsers_own():
+    """REF@HOST is found by skipping each option's value (``_VALUED``): an option of a REF verb that
+    takes a value and is missing there would make its value look like the REF."""
+    from muxhost import remote
+    from muxhost.cli import build_parser
+
+    commands = build_parser().commands.choices
+    valued = {flag for verb in remote.REF_VERBS for a in commands[verb]._actions
+              if a.option_strings and a.nargs != 0 and not isinstance(a, argparse._HelpAction)
+              for flag in a.option_strings}
+    assert valued == remote._VALUED
+    globals_ = {f for a in build_parser()._actions if a.option_strings and a.nargs != 0
+                and not isinstance(a, (argparse._HelpAction, argparse._VersionAction)) for f in a.option_strings}
+    assert globals_ == set(remote.GLOBAL_WITH_VALUE)
