@@ -20,6 +20,7 @@ _NUM = "num"
 _STRLIST = "strlist"
 _STRMAP = "strmap"
 _OPT_STR = "optstr"
+_OPT_NUM = "optnum"
 _ANY_MAP = "anymap"
 _BOOL = "bool"
 
@@ -29,6 +30,7 @@ AGENT_KEYS = {
     "exit_text": _OPT_STR,    # typed by the stop ladder; null = no graceful exit
     "exit_pause": _NUM,       # seconds between the exit text and Enter (before stop.exit_pause)
     "exit_grace": _NUM,       # seconds to wait for it to leave after the exit text (before stop.exit_grace)
+    "exit_still": _OPT_NUM,   # still this long after answering the exit text = it did not take it; null: never judged
     "process_names": _STRLIST,
     "env": _STRMAP,
     "id_pattern": _STR,
@@ -270,7 +272,9 @@ def _check_scalar(node, shape, key: str, path: str):
         if not isinstance(value, bool):
             raise _fail(path, node, key, f"expected true or false, got {value!r}")
         return value
-    if shape == _NUM:
+    if shape == _OPT_NUM and value is None:
+        return None
+    if shape in (_NUM, _OPT_NUM):
         if not seconds_ok(value):
             raise _fail(path, node, key, f"expected a number of seconds from 0 to {MAX_SECONDS}, got {value!r}")
         if key == "watch.interval" and not value:  # (a watch that never waits between passes)

@@ -100,6 +100,12 @@ class Core:
         """Seconds the ladder waits for the agent to leave after its exit text (:meth:`agent_stop_setting`)."""
         return self.agent_stop_setting(agent, "exit_grace")
 
+    def exit_still(self, agent: Agent | None) -> float | None:
+        """Seconds of stillness after the exit text that show the agent did not take it (docs/stop.md):
+        its config entry's ``exit_still`` (null: never judged so), else the plugin's own."""
+        entry = self.config.agent(agent.name) if agent is not None else {}
+        return entry["exit_still"] if "exit_still" in entry else getattr(agent, "exit_still", None)
+
     def agent_stop_setting(self, agent: Agent | None, key: str) -> float:
         """A ``stop:`` setting for one agent: its config entry (``agents.NAME.KEY``), then
         ``stop.KEY``, then the plugin's own default (the agent's attribute), then muxhost's."""

@@ -256,7 +256,7 @@ class Ladder:
         typed_at = time.monotonic()
         # (an explicit --grace is waited in full; else an agent that shows it did not take its exit
         # text is given up on sooner: exitwatch)
-        watch = ExitWatch(typed, lambda t: getattr(t.agent, "exit_still", None) if grace is None else None)
+        watch = ExitWatch(typed, lambda t: self.core.exit_still(t.agent) if grace is None else None)
         for pause in sorted({t.pause for t in typed}):
             time.sleep(max(0.0, typed_at + pause - time.monotonic()))
             watch.before_enter([t for t in typed if t.pause == pause])

@@ -212,11 +212,11 @@ class TmuxBackend(Backend):
         IS the pane's process."""
         return launcher.write(argv, cwd=cwd, env=env, inherit=PANE_ENV)
 
-    def _after(self, options: Mapping[str, str]) -> list[str]:
+    def _after(self, options: Mapping[str, str], target: Sequence[str] = ()) -> list[str]:
         # in the same tmux command list, so they apply before the new process can exit
-        out = [";", "set-option", "-p", "remain-on-exit", "on"]
+        out = [";", "set-option", "-p", *target, "remain-on-exit", "on"]
         for k, v in options.items():
-            out += [";", "set-option", "-p", k, v]
+            out += [";", "set-option", "-p", *target, k, v]
         return out
 
     def create(self, argv, *, cwd, env, name, target=None, split=None, options={}):
@@ -224,8 +224,11 @@ class TmuxBackend(Backend):
         fmt = ["-P", "-F", _format(token)]
         # The new pane's options are set in the SAME tmux command list, so they apply before its
         # process can exit. That needs the new pane to be "current", so windows and splits are made
-        # without -d and the user's previous pane/window is selected again at the end.
+        # without -d and the user's previous pane/window is selected again at the end. A detached
+        # new session never becomes "current" (inside tmux the caller's own pane, TMUX_PANE, is):
+        # its options name it, `=NAME:` (its one pane).
         restore: list[str] = []
+        where: list[str] = []
         if split:
             if split not in ("right", "below"):
                 raise UsageError(f"--split must be 'right' or 'below', not {split!r}")
@@ -242,10 +245,10 @@ class TmuxBackend(Backend):
             # detached sessions are 80x24 by default: too narrow for agents' TUIs (footers wrap);
             # tmux resizes the window to the client when someone attaches
             args = ["new-session", "-d", "-s", name, "-c", _arg(cwd), "-x", "200", "-y", "50"]
-            created = True
+            where, created = ["-t", f"={name}:"], True
         cmd = self._command(argv, cwd, env)
         try:
-            p = self._run(*args, *fmt, "--", *cmd.argv, *self._after(options), *restore)
+            p = self._run(*args, *fmt, "--", *cmd.argv, *self._after(options, where), *restore)
             info = next(iter(_parse_all(p.stdout, token)), None)
             if info is None:
                 raise MuxhostError(f"tmux {args[0]} printed no pane")
