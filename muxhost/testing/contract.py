@@ -137,6 +137,15 @@ class AgentContract:
         self.converse(mux, rec["pane"], text)
         return rec
 
+    def _processes(self, mux: Mux, rid: str) -> set[tuple[int, float]]:
+        """The running record ``rid``'s processes as `muxhost show` lists them, (pid, create time)."""
+        from muxhost import procs
+
+        shown = self._ok(mux, "show", "show", rid, "--json")
+        table = procs.ProcessTable.snapshot()
+        return {p.key for pid in {*shown["pids"], *(q["pid"] for q in shown["processes"])}
+                if (p := table.get(pid)) is not None}
+
     def _row(self, mux: Mux, item: str, rid: str, all_records: bool = False) -> dict:
         rows = self._ok(mux, item, "ls", *(["--all"] if all_records else []), "--json")
         row = next((r for r in rows if r["id"] == rid), None)
@@ -252,22 +261,20 @@ class AgentContract:
         assert self._row(mux, "discover", rec["id"])["conversation_id"] == cid, "[discover] the id changed on its own"
 
         sizes: dict[str, int] = {}
-        before = self._quiet_hash(mux, sizes)
-        r = mux.run("purge", rec["id"], "--yes")
-        assert r.rc == 4, f"[purge while running] exited {r.rc}, not 4: {(r.err or r.out).strip()}"
-        assert r.err.startswith("muxhost: ") and r.err.count("\n") == 1, f"[purge while running] {r.err!r}"
-        after = appended_only(before, sizes, self._hash(mux))  # the live agent may append to its log
-        assert after == before, f"[purge while running] files changed: {self._changes(before, after)}"
-        early = self._ok(mux, "purge while running", "purge", rec["id"], "--dry-run", "--json")
-        assert early.get("refused"), f"[purge while running] a dry run does not say it would be refused: {early}"
-        after = appended_only(before, sizes, self._hash(mux))
-        assert after == before, f"[purge while running] the dry run changed files: {self._changes(before, after)}"
+        with mux.frozen(self._processes(mux, rec["id"])):  # the agent's own timed writes are not the purge's
+            before = self._quiet_hash(mux, sizes)
+            r = mux.run("purge", rec["id"], "--yes")
+            assert r.rc == 4, f"[purge while running] exited {r.rc}, not 4: {(r.err or r.out).strip()}"
+            assert r.err.startswith("muxhost: ") and r.err.count("\n") == 1, f"[purge while running] {r.err!r}"
+            after = appended_only(before, sizes, self._hash(mux))  # the live agent may append to its log
+            assert after == before, f"[purge while running] files changed: {self._changes(before, after)}"
+            early = self._ok(mux, "purge while running", "purge", rec["id"], "--dry-run", "--json")
+            assert early.get("refused"), f"[purge while running] a dry run does not say it would be refused: {early}"
+            after = appended_only(before, sizes, self._hash(mux))
+            assert after == before, f"[purge while running] the dry run changed files: {self._changes(before, after)}"
 
-        shown = self._ok(mux, "stop", "show", rec["id"], "--json")
-        table = procs.ProcessTable.snapshot()
-        keys = {p.key for pid in {*shown["pids"], *(q["pid"] for q in shown["processes"])}
-                if (p := table.get(pid)) is not None}
-        assert keys, f"[stop] `muxhost show` lists no process of the running agent: {shown}"
+        keys = self._processes(mux, rec["id"])
+        assert keys, f"[stop] `muxhost show {rec['id']}` lists no process of the running agent"
         stopped = self._ok(mux, "stop", "stop", rec["id"], "--json")
         assert stopped.get("outcome") == "exit", \
             f"[stop] outcome {stopped.get('outcome')!r} after {stopped.get('seconds')}s, not 'exit': the agent " \
@@ -352,13 +359,14 @@ class AgentContract:
         mux.type(pane, shlex.join(argv))
         self.converse(mux, pane, unique_text("outside again"))
         sizes: dict[str, int] = {}
-        before = self._quiet_hash(mux, sizes)
-        r = mux.run("purge", "--agent", self.agent, "--conversation", cid, "--yes")
-        assert r.rc == 4, f"[in use] the conversation runs in a shell pane (`{shlex.join(argv)}`), but " \
-                          f"`purge --agent {self.agent} --conversation {cid}` exited {r.rc}, not 4: " \
-                          f"in_use() did not see it. {(r.err or r.out).strip()}"
-        after = appended_only(before, sizes, self._hash(mux))  # the live agent may append to its log
-        assert after == before, f"[in use] the refused purge changed files: {self._changes(before, after)}"
+        with mux.frozen(mux.shell_processes(pane)):  # the agent's own timed writes are not the purge's
+            before = self._quiet_hash(mux, sizes)
+            r = mux.run("purge", "--agent", self.agent, "--conversation", cid, "--yes")
+            assert r.rc == 4, f"[in use] the conversation runs in a shell pane (`{shlex.join(argv)}`), but " \
+                              f"`purge --agent {self.agent} --conversation {cid}` exited {r.rc}, not 4: " \
+                              f"in_use() did not see it. {(r.err or r.out).strip()}"
+            after = appended_only(before, sizes, self._hash(mux))  # the live agent may append to its log
+            assert after == before, f"[in use] the refused purge changed files: {self._changes(before, after)}"
         mux.end_shell(pane)
         r = mux.run("purge", "--agent", self.agent, "--conversation", cid, "--dry-run")
         assert r.rc == 0, f"[in use] once the agent in the shell is gone, a dry run exited {r.rc}: {r.err.strip()}"

@@ -3,6 +3,7 @@ process by default, see :mod:`muxhost.testing.inprocess`), its panes, shells and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -223,6 +224,32 @@ class Mux:
             shell = None
         self._shells[pane] = (token, shell)
         return pane
+
+    def shell_processes(self, pane: str) -> set[tuple[int, float]]:
+        """The processes started in the :meth:`shell` ``pane`` (its tree and the shell's mark in their
+        environment), as (pid, create time)."""
+        from muxhost import procs
+
+        token, shell = self._shells.get(pane, (None, None))
+        if token is None:
+            return set()
+        table = procs.ProcessTable.snapshot()
+        return set(_carrying(SHELL_ENV, token)) | ({p.key for p in table.tree_of(shell)} if shell else set())
+
+    @contextlib.contextmanager
+    def frozen(self, keys: set[tuple[int, float]]):
+        """Hold the processes ``keys`` (pid, create time; ones this test started) still with SIGSTOP for
+        the ``with`` block, then SIGCONT them: a check that nothing changed files cannot be upset by a
+        live agent's own timed writes (opencode's database is written now and then while it sits idle).
+        A stopped process keeps its files, locks and argv, which is all a refusal looks at."""
+        from muxhost import procs
+
+        held = [k for k in keys if procs.signal_if_same(*k, signal.SIGSTOP)]
+        try:
+            yield held
+        finally:
+            for k in held:
+                procs.signal_if_same(*k, signal.SIGCONT)
 
     def end_shell(self, pane: str) -> None:
         """End every process started in the :meth:`shell` ``pane`` as closing a terminal does (SIGHUP,
