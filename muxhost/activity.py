@@ -26,7 +26,7 @@ from typing import Iterable
 import psutil
 
 from muxhost import procs
-from muxhost.agent import Agent
+from muxhost.agent import Activity, Agent
 
 STATES = ("working", "waiting", "idle", "stalled")
 #: the share of one core a process must use over a look for its CPU to count (a TUI's timer ticks
@@ -124,8 +124,9 @@ def watcher_alive(watcher: str | None, table: procs.ProcessTable) -> bool:
         return False
 
 
-def ask_plugin(host, agent: Agent, live, screen: str | None, table: procs.ProcessTable) -> str | None:
-    """The plugin's answer, checked: one of :data:`STATES` or None. A hook that fails or answers
+def ask_plugin(host, agent: Agent, live, screen: str | None, table: procs.ProcessTable) -> Activity | None:
+    """The plugin's answer, checked: an :class:`Activity` (one of :data:`STATES`, with the plugin's
+    reason) or None. A hook that fails or answers
     something else is a warning (``host.warn``) and no opinion."""
     if type(agent).activity is Agent.activity:
         return None
@@ -134,11 +135,11 @@ def ask_plugin(host, agent: Agent, live, screen: str | None, table: procs.Proces
     except Exception as e:
         host.warn(agent.name, "activity", e, live.rec, live)
         return None
-    if answer is not None and answer not in STATES:
+    if answer is not None and (not isinstance(answer, str) or answer not in STATES):
         host.warn(agent.name, "activity", ValueError(f"returned {answer!r}, not one of {', '.join(STATES)} or None"),
                   live.rec, live)
         return None
-    return answer
+    return answer if answer is None or isinstance(answer, Activity) else Activity(answer)
 
 
 def needs_screen(agent: Agent | None) -> bool:

@@ -33,6 +33,31 @@ def _same_path(a: str | os.PathLike, b: str | os.PathLike) -> bool:
         return False
 
 
+class Activity(str):
+    """A plugin's :meth:`Agent.activity` answer with what it read: the state (``working``,
+    ``waiting``, ``idle``, ``stalled``) and ``reason``, one short line naming the source and what it
+    showed (``"registry: status busy"``, ``"transcript: last entry a tool call"``, ``"screen: the
+    approval footer"``). It is the state string itself (``Activity("idle", "…") == "idle"``), so a
+    bare string stays a valid answer; ``muxhost explain`` shows the reason."""
+
+    reason: str
+
+    def __new__(cls, state: str, reason: str = "") -> "Activity":
+        self = super().__new__(cls, state)
+        self.reason = reason
+        return self
+
+    @property
+    def state(self) -> str:
+        return str.__str__(self)
+
+    def __repr__(self) -> str:
+        return f"Activity({self.state!r}, {self.reason!r})"
+
+    def __reduce__(self):
+        return (Activity, (self.state, self.reason))
+
+
 @dataclass
 class Launch:
     """What to run in the pane: an argv list (never a shell string), extra environment, and the
@@ -248,7 +273,9 @@ class Agent:
         """What the agent of ``ctx`` (in conversation ``ctx.conversation_id``) is doing now, from the
         best source the plugin has (its transcript or database, a marker on ``screen``, a status
         command of the agent itself): ``"working"``, ``"waiting"`` (it asks the user something: a
-        permission, a question), ``"idle"`` (done, at its prompt), or None: no opinion.
+        permission, a question), ``"idle"`` (done, at its prompt), ``"stalled"`` (a turn is open and
+        its own evidence shows no progress), or None: no opinion. Return :class:`Activity` (``state``,
+        ``reason``) to say what it read; a bare string is the state with no reason.
 
         ``screen`` is the pane's visible screen (None when the host read none). The host calls this
         once per watch pass (every ``watch.interval``, default 1 s) for every running agent, and on
