@@ -22,7 +22,7 @@ import pytest
 from muxhost import fsutil, locks, procs
 from muxhost.agent import AgentContext
 from muxhost.errors import MuxhostError, Refused
-from muxhost.kit import command, family, flock, holders, jsonl, sqlite
+from muxhost.kit import command, family, flock, holders, jsonl, net, sqlite
 
 CHILD = r'''
 import fcntl, os, socket, sqlite3, sys, threading
@@ -685,3 +685,33 @@ def test_since_reads_a_file_that_shrank_or_was_replaced_from_its_end_again(tmp_p
     log.unlink()
     with pytest.raises(OSError):
         jsonl.since(log, mark, 1 << 16)
+
+
+# --------------------------------------------------------------------------------------------------
+# kit.net: when an agent last heard from the network, and the stall it shows
+
+def test_quiet_for_is_the_time_since_the_last_byte_any_connection_received():
+    srv = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(srv.getsockname())
+    peer, _ = srv.accept()
+    try:
+        me = [os.getpid()]
+        peer.sendall(b"x")
+        client.recv(1)
+        time.sleep(1.2)
+        assert 1.0 <= net.quiet_for(me) < 2.0
+        ctx = AgentContext(home="/nonexistent", pids=me, stall_after=1.0)
+        stale = time.time() - 5
+        answer = net.stalled(ctx, stale, "rollout")
+        assert answer == "stalled" and answer.reason.startswith("rollout: no change for 5 s"), repr(answer)
+        assert net.stalled(ctx, time.time() - 0.5, "rollout") is None  # the file changed lately
+        assert net.stalled(ctx, None, "rollout") is None                # nothing to tell by
+        client.sendall(b"y")  # (the peer received it: we are one process)
+        peer.recv(1)
+        assert net.quiet_for(me) < 0.5
+        assert net.stalled(ctx, stale, "rollout") is None  # a byte just came: a reply streams
+        assert net.quiet_for([2 ** 22 + 7]) is None  # no such process: no evidence
+        assert net.stalled(AgentContext(home="/nonexistent", pids=[], stall_after=1.0), stale, "x") is None
+    finally:
+        for s in (client, peer, srv):
+            s.close()

@@ -28,7 +28,7 @@ All three: the before/after diff of ``purge`` (``removed`` = plan minus residual
 labels are the host's once ``artifacts`` returns typed artifacts.
 """
 
-MODULES = ("holders", "sqlite", "jsonl", "flock", "family", "command")
+MODULES = ("holders", "sqlite", "jsonl", "flock", "family", "command", "net")
 
 
 def __getattr__(name: str):
