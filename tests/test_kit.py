@@ -691,14 +691,9 @@ def test_since_reads_a_file_that_shrank_or_was_replaced_from_its_end_again(tmp_p
 # kit.net: when an agent last heard from the network, and the stall it shows
 
 def test_quiet_for_is_the_time_since_the_last_byte_any_connection_received():
-    srv = socket.create_server(("127.0.0.1", 0))
-    client = socket.create_connection(srv.getsockname())
-    peer, _ = srv.accept()
-    try:
-        me = [os.getpid()]
-        peer.sendall(b"x")
-        client.recv(1)
-        time.sleep(1.2)
+    from muxhost.testing import quiet_connection
+
+    with quiet_connection(1.2) as me:
         assert 1.0 <= net.quiet_for(me) < 2.0
         ctx = AgentContext(home="/nonexistent", pids=me, stall_after=1.0)
         stale = time.time() - 5
@@ -706,12 +701,8 @@ def test_quiet_for_is_the_time_since_the_last_byte_any_connection_received():
         assert answer == "stalled" and answer.reason.startswith("rollout: no change for 5 s"), repr(answer)
         assert net.stalled(ctx, time.time() - 0.5, "rollout") is None  # the file changed lately
         assert net.stalled(ctx, None, "rollout") is None                # nothing to tell by
-        client.sendall(b"y")  # (the peer received it: we are one process)
-        peer.recv(1)
+        me.poke()
         assert net.quiet_for(me) < 0.5
         assert net.stalled(ctx, stale, "rollout") is None  # a byte just came: a reply streams
-        assert net.quiet_for([2 ** 22 + 7]) is None  # no such process: no evidence
-        assert net.stalled(AgentContext(home="/nonexistent", pids=[], stall_after=1.0), stale, "x") is None
-    finally:
-        for s in (client, peer, srv):
-            s.close()
+    assert net.quiet_for([2 ** 22 + 7]) is None  # no such process: no evidence
+    assert net.stalled(AgentContext(home="/nonexistent", pids=[], stall_after=1.0), stale, "x") is None

@@ -1,8 +1,9 @@
 """Small helpers of every test tier: a command's result, polling, whether a process lives, loading another test module, the
-one-error-line check, the real agent CLIs, plugin packages pip-installed as a user would."""
+one-error-line check, the real agent CLIs, plugin packages pip-installed as a user would, a quiet network connection."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -151,3 +152,30 @@ def agent_binary(name: str) -> str:
     if found:
         return found
     missing(f"the {name} CLI is not installed (run .ci/run, or set MUXHOST_AGENT_BIN_DIR)")
+
+
+@contextlib.contextmanager
+def quiet_connection(seconds: float):
+    """A TCP connection of this process on 127.0.0.1 that has received nothing for ``seconds`` (it
+    waits that long): yields ``[os.getpid()]``, the pids to give an AgentContext so that
+    :func:`muxhost.kit.net.quiet_for` sees a model that sends nothing. ``poke()`` on the yielded
+    list's ``poke`` attribute sends one byte (a reply that streams)."""
+    import socket
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(srv.getsockname())
+    peer, _ = srv.accept()
+
+    class Pids(list):
+        def poke(self) -> None:
+            peer.sendall(b"x")
+            client.recv(1)
+            client.sendall(b"x")
+            peer.recv(1)
+
+    try:
+        time.sleep(seconds)
+        yield Pids([os.getpid()])
+    finally:
+        for s in (client, peer, srv):
+            s.close()

@@ -4,6 +4,7 @@ the conversation's transcript (:meth:`muxhost_claude.ClaudeAgent.activity` picks
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from muxhost.api import kit
@@ -76,7 +77,9 @@ def transcript_stalled(path: Path | None, ctx, now: float | None = None):
     leaves the transcript still). Else None."""
     try:
         changed = path.stat().st_mtime if path is not None else None
-        lines, _mark = kit.jsonl.tail(path, _TAIL) if changed is not None else ([], None)
+        if changed is None or (time.time() if now is None else now) - changed < ctx.stall_after:
+            return None  # (it grew lately: not read, every pass of a turn)
+        lines, _mark = kit.jsonl.tail(path, _TAIL)
     except OSError:
         return None
     for e in _entries(lines):

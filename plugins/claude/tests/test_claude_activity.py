@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from muxhost import AgentContext
-from muxhost.testing import Watching, wait_for
+from muxhost.testing import Watching, quiet_connection, wait_for
 from muxhost_claude import ClaudeAgent, project_folder_name, registry_activity, transcript_activity, transcript_stalled
 
 # the words conftest.FakeAnthropic reacts to (conftest is not importable by name)
@@ -363,33 +363,25 @@ def test_a_hung_model_is_stalled_a_slow_one_never(claude_world):
 def test_transcript_stalled_only_while_a_reply_is_awaited_and_nothing_comes(tmp_path):
     """``transcript_stalled``: the transcript still for ``stall_after`` and no byte from the network
     for as long — after a prompt or a tool result; never while a tool call is the last entry (a
-    quiet tool runs), never while the file just grew, never with no connection to tell by."""
+    quiet tool runs), never while the file just grew or a byte just came, never with no connection."""
     import os
-    import socket
 
-    srv = socket.create_server(("127.0.0.1", 0))
-    client = socket.create_connection(srv.getsockname())
-    peer, _ = srv.accept()
-    try:
-        time.sleep(1.1)  # nothing received on either end for over stall_after
-        ctx = AgentContext(home=str(tmp_path), pids=[os.getpid()], stall_after=1.0)
-        f = tmp_path / f"{A}.jsonl"
-        old = time.time() - 30
+    f = tmp_path / f"{A}.jsonl"
+    with quiet_connection(1.1) as pids:
+        ctx = AgentContext(home=str(tmp_path), pids=pids, stall_after=1.0)
 
-        def still(text: str):
+        def still(text: str, c: AgentContext = ctx):
             f.write_text(HEAD + text)
+            old = time.time() - 30
             os.utime(f, (old, old))
-            return transcript_stalled(f, ctx)
+            return transcript_stalled(f, c)
 
         assert still(PROMPT) == "stalled" and "transcript: no change for 30 s" in still(PROMPT).reason
         assert still(PROMPT + _assistant("tool_use", TOOL) + _user([RESULT])) == "stalled"
         assert still(PROMPT + _assistant("tool_use", TOOL)) is None  # a tool runs
+        assert still(PROMPT, AgentContext(home=str(tmp_path), pids=[], stall_after=1.0)) is None
         f.write_text(HEAD + PROMPT)
         assert transcript_stalled(f, ctx) is None  # it just grew
         assert transcript_stalled(tmp_path / "gone.jsonl", ctx) is None
-        f.write_text(HEAD + PROMPT)
-        os.utime(f, (old, old))
-        assert transcript_stalled(f, AgentContext(home=str(tmp_path), pids=[], stall_after=1.0)) is None
-    finally:
-        for s in (client, peer, srv):
-            s.close()
+        pids.poke()
+        assert still(PROMPT) is None  # a byte just came: the reply streams
