@@ -1,11 +1,13 @@
-"""When an agent last heard from the network: the seconds since any TCP connection of its processes
-last received a byte (the kernel's ``tcp_info.tcpi_last_data_recv``, read over Linux's sock_diag
-netlink, as ``ss -ti`` shows it as ``lastrcv``). A reply that streams keeps it small; a model that
-holds its reply open without a byte lets it grow. No state between calls; elsewhere than Linux, or
-when it cannot be read: None (no evidence)."""
+"""When an agent last heard from the network: the seconds since a TCP connection of its processes
+last received a byte in answer (the kernel's ``tcp_info`` ``tcpi_last_data_recv`` and
+``tcpi_last_data_sent``, read over Linux's sock_diag netlink, as ``ss -ti`` shows them:
+``lastrcv``, ``lastsnd``). A reply that streams keeps it small; a model that holds its reply open
+without a byte lets it grow. No state between calls; elsewhere than Linux, or when it cannot be
+read: None (no evidence)."""
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import struct
@@ -20,7 +22,8 @@ _NLMSG_DONE, _NLMSG_ERROR = 3, 2
 _INET_DIAG_INFO = 2
 _ESTABLISHED_OR_CLOSE_WAIT = (1 << 1) | (1 << 8)
 _MSG = struct.Struct("=BBBB HH 16s16s I 8s IIIII")  # inet_diag_msg (72 bytes)
-_LAST_DATA_RECV = 52  # offset of tcpi_last_data_recv (ms) in struct tcp_info
+_LAST_DATA_SENT = 44  # offset of tcpi_last_data_sent (ms) in struct tcp_info; tcpi_last_data_recv follows
+                      # tcpi_last_ack_sent
 
 
 def _inodes(pids: Iterable[int]) -> set[int]:
@@ -40,12 +43,13 @@ def _inodes(pids: Iterable[int]) -> set[int]:
     return out
 
 
-def _dump(family: int) -> dict[int, int]:
-    """inode -> ms since the last byte received, for every TCP socket of ``family`` the kernel lists."""
+def _dump(family: int) -> dict[int, tuple[bytes, bytes, int, int]]:
+    """inode -> (local end, remote end, ms since the last byte sent, ms since the last byte
+    received) of every TCP socket of ``family`` the kernel lists (an end: its address and port)."""
     req = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 1 << (_INET_DIAG_INFO - 1), 0,
                       _ESTABLISHED_OR_CLOSE_WAIT) + bytes(48)
     msg = struct.pack("=IHHII", 16 + len(req), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST | _NLM_F_DUMP, 1, 0) + req
-    out: dict[int, int] = {}
+    out: dict[int, tuple[bytes, bytes, int, int]] = {}
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4) as s:  # NETLINK_SOCK_DIAG
         s.settimeout(1.0)
         s.sendto(msg, (0, 0))
@@ -57,30 +61,41 @@ def _dump(family: int) -> dict[int, int]:
                     return out
                 body = data[pos + 16:pos + length]
                 if len(body) >= _MSG.size:
-                    inode, attrs = _MSG.unpack_from(body)[-1], body[_MSG.size:]
+                    fields = _MSG.unpack_from(body)
+                    inode, attrs = fields[-1], body[_MSG.size:]
+                    ends = (fields[6] + struct.pack("=H", fields[4]), fields[7] + struct.pack("=H", fields[5]))
                     while len(attrs) >= 4:
                         alen, atype = struct.unpack_from("=HH", attrs)
                         if alen < 4:
                             break
-                        if atype == _INET_DIAG_INFO and alen >= 4 + _LAST_DATA_RECV + 4:
-                            out[inode] = struct.unpack_from("=I", attrs, 4 + _LAST_DATA_RECV)[0]
+                        if atype == _INET_DIAG_INFO and alen >= 4 + _LAST_DATA_SENT + 12:
+                            sent, _ack, got = struct.unpack_from("=III", attrs, 4 + _LAST_DATA_SENT)
+                            out[inode] = (*ends, sent, got)
                         attrs = attrs[(alen + 3) & ~3:]
                 pos += (length + 3) & ~3
 
 
 def quiet_for(pids: Iterable[int]) -> float | None:
-    """Seconds since any established TCP connection of ``pids`` last received a byte: the smallest
-    over them (one that streams makes it small). None when they have none, or it cannot be read."""
+    """Seconds since a byte last came in answer over any established TCP connection of ``pids``:
+    the smallest over them (one that streams a reply makes it small). A connection counts only
+    while nothing was sent on it since its last byte came in: one that was answered (a keep-alive
+    ping and its reply) or that carries a request with no byte back yet shows no progress
+    (``inf``), and one between two of their own sockets (a TUI and its in-process server) does not
+    count at all. None when they have no connection, or it cannot be read (not Linux)."""
     inodes = _inodes(pids)
     if not inodes or not hasattr(socket, "AF_NETLINK"):
         return None
-    seen: list[int] = []
+    mine: list[tuple[bytes, bytes, int, int]] = []
     try:
         for family in (socket.AF_INET, socket.AF_INET6):
-            seen += [ms for inode, ms in _dump(family).items() if inode in inodes]
+            mine += [v for inode, v in _dump(family).items() if inode in inodes]
     except OSError:
         return None
-    return min(seen) / 1000 if seen else None
+    ours = {local for local, *_ in mine}
+    theirs = [(sent, got) for _, remote, sent, got in mine if remote not in ours]
+    if not theirs:
+        return None
+    return min((got / 1000 if sent > got else math.inf) for sent, got in theirs)
 
 
 def stalled(ctx, changed: float | None, source: str, now: float | None = None):
@@ -98,5 +113,6 @@ def stalled(ctx, changed: float | None, source: str, now: float | None = None):
     quiet = quiet_for(ctx.pids)
     if quiet is None or quiet < ctx.stall_after:
         return None
-    return Activity("stalled", f"{source}: no change for {now - changed:.0f} s while a reply is awaited, "
-                               f"and no byte from the network for {quiet:.0f} s")
+    heard = "nothing came back since its last request" if math.isinf(quiet) else f"no byte came in for {quiet:.0f} s"
+    return Activity("stalled", f"{source}: no change for {now - changed:.0f} s while a reply is awaited; "
+                               f"network: {heard}")

@@ -9,7 +9,9 @@ import itertools
 import json
 import os
 import re
+import select
 import shutil
+import socket
 import sqlite3
 import subprocess
 import threading
@@ -33,6 +35,7 @@ ASK = "MUXHOST_ASK"                # a bash call (`echo ASKED`): asks when bash 
 QUESTION = "MUXHOST_QUESTION"      # a question tool call (two options)
 DELEGATE = "MUXHOST_DELEGATE"      # a sub-agent (PONDER_SECONDS) and a bash `sleep` at once, then a SLOW reply
 PONDER = "MUXHOST_PONDER"          # (the sub-agent's prompt) a text reply that streams for PONDER_SECONDS
+HANG = "MUXHOST_HANG"              # the reply's headers, then not a byte while opencode holds the connection
 DONE = "All done here."
 ASKED = "muxhost-asked-and-ran"    # what the ASK call prints
 SLOW_DONE = "Slow reply finished."  # the last words of a slow reply
@@ -76,6 +79,8 @@ class FakeOpenAI:
       "All done here.";
     - the prompt names MUXHOST_SLOW (or MUXHOST_PONDER): a text streamed over SLOW_SECONDS
       (PONDER_SECONDS), ending "Slow reply finished.";
+    - the prompt names MUXHOST_HANG: the response headers, then not one byte, held open until the
+      client closes the connection or the server stops (a model that hangs);
     - the prompt names MUXHOST_ASK: a ``bash`` call that echoes "muxhost-asked-and-ran";
     - the prompt names MUXHOST_QUESTION: a ``question`` call (pick a colour: red or blue);
     - the prompt names MUXHOST_DELEGATE: two calls at once, ``task`` with the prompt MUXHOST_PONDER
@@ -91,6 +96,7 @@ class FakeOpenAI:
     def __init__(self) -> None:
         self.requests: list[dict] = []
         self._ids = itertools.count(1)
+        self.release = threading.Event()  # set by close(): a held (HANG) request ends
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -132,6 +138,8 @@ class FakeOpenAI:
         last = users[-1] if users else ""
         if msgs and msgs[-1].get("role") == "tool":
             return ("slow", str(SLOW_SECONDS)) if DELEGATE in last else ("text", DONE)
+        if HANG in last:
+            return "hang", ""
         if SLOW in last or PONDER in last:
             return "slow", str(SLOW_SECONDS if SLOW in last else PONDER_SECONDS)
         if ASK in last and "bash" in tools:
@@ -158,6 +166,8 @@ class FakeOpenAI:
         h.send_header("Cache-Control", "no-cache")
         h.send_header("Connection", "close")
         h.end_headers()
+        if kind == "hang":
+            return self._hold(h)
         cid = f"chatcmpl-{next(self._ids)}"
 
         def chunk(delta: dict | None, finish: str | None = None, usage: dict | None = None) -> None:
@@ -197,12 +207,21 @@ class FakeOpenAI:
         h.wfile.flush()
         h.close_connection = True
 
+    def _hold(self, h: BaseHTTPRequestHandler) -> None:
+        """Send nothing until the client closes the connection (a test ended: its opencode went) or
+        the server closes."""
+        h.close_connection = True
+        while not self.release.wait(0.5):
+            if select.select([h.connection], [], [], 0)[0] and not h.connection.recv(1, socket.MSG_PEEK):
+                return
+
     @property
     def config(self) -> dict:
         """An opencode.json that points opencode at this server."""
         return opencode_config(self.port)
 
     def close(self) -> None:
+        self.release.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -400,4 +419,4 @@ def scripted():
     """The words the fake model reacts to."""
     return {"spawn": SPAWN, "child": CHILD, "grandchild": GRANDCHILD, "done": DONE, "env": dict(OPENCODE_ENV),
             "noted": noted, "slow": SLOW, "ask": ASK, "question": QUESTION, "delegate": DELEGATE, "asked": ASKED,
-            "slow_done": SLOW_DONE}
+            "slow_done": SLOW_DONE, "hang": HANG}
