@@ -66,6 +66,9 @@ class AgentContract:
       marker (``-m "not agents"`` leaves them out); False for a stand-in (the demo agent).
     - ``settle`` (optional, seconds): how long the disk must stay unchanged before the byte-for-byte
       snapshot of a running agent is taken, for agents that write a moment after a turn.
+    - ``activity_fixtures`` (a folder, for an agent with an ``activity`` hook): recorded cases of the
+      real agent in each state, one folder each (:mod:`muxhost.testing.recording`: its screen, its
+      state files, the state expected); None only for an agent without the hook.
 
     Every test starts from a fresh HOME, tmux server and state dir and types unique texts
     (:func:`unique_text`), so "no file holds the text" is an exact grep of raw bytes (SQLite files,
@@ -95,6 +98,10 @@ class AgentContract:
       resumable.
     - ``test_purge_takes_the_child_conversations`` (skipped, saying why, unless ``has_children``): the
       dry run names every file holding a child's text; after the purge none holds it.
+    - ``test_activity_answers_each_recorded_state`` (skipped, saying why, for an agent without an
+      ``activity`` hook): over every case of ``activity_fixtures`` (its files in a temporary HOME,
+      its screen) the hook answers the state recorded — an agent CLI upgrade that changes a footer
+      or a status word fails here once the cases are recorded again.
     """
 
     agent: str = ""
@@ -102,6 +109,7 @@ class AgentContract:
     has_children: bool = False
     ignore_paths: tuple[str, ...] = ()
     settle: float = 0.0
+    activity_fixtures: Path | None = None
 
     # -- what a plugin's test class implements -------------------------------------------------
     def converse(self, mux: Mux, pane: str, text: str) -> None:
@@ -458,3 +466,21 @@ class AgentContract:
         assert report["residual"] == [], f"[children] residual: {report['residual']}"
         left = self._holding(mux, w.child_texts)
         assert not left, f"[children] after the purge these files still hold a child's text: {sorted(left)}"
+
+    def test_activity_answers_each_recorded_state(self, tmp_path: Path) -> None:
+        from muxhost.agent import Agent
+        from muxhost.config import Config
+        from muxhost.plugins import Registry, get_plugin_manager
+        from muxhost.testing import recording
+
+        agent = Registry(get_plugin_manager(Config())).agents.get(self.agent)
+        assert agent is not None, f"[activity] no plugin provides agent {self.agent!r}"
+        if type(agent).activity is Agent.activity:
+            pytest.skip(f"{self.agent} has no activity hook: nothing recorded to replay")
+        assert self.activity_fixtures is not None, \
+            f"[activity] {type(self).__name__}.activity_fixtures: {self.agent} has an activity hook; record its states"
+        cases = recording.cases(self.activity_fixtures)
+        assert cases, f"[activity] no case (a folder with expected.txt) under {self.activity_fixtures}"
+        wrong = [f"{case.name}: {got!r}, recorded {recording.expected(case)!r}" for case in cases
+                 if (got := recording.replay(agent, case, tmp_path / case.name)) != recording.expected(case)]
+        assert not wrong, "[activity] the hook does not answer the recorded state: " + "; ".join(wrong)

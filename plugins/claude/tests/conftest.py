@@ -66,7 +66,8 @@ class FakeAnthropic:
     Messages API streams, with a scripted model:
 
     - a conversation whose first real prompt contains ``MUXHOST_SUBAGENT_WORK`` is a sub-agent: it
-      writes ``made-by-subagent.txt`` once, then answers "sub-agent done";
+      writes ``made-by-subagent.txt`` once, then answers "sub-agent done" (with ``MUXHOST_SLOW <s>``
+      in that prompt too: it streams "sub-agent done" over ``<s>`` seconds instead);
     - a turn whose prompt contains ``MUXHOST_MAKE_STUFF`` calls, one per response: ``Write`` (a file in
       the cwd), the task tool (``TaskCreate`` when offered, else ``TodoWrite``), the sub-agent tool
       (``Agent`` or ``Task``), then answers "all done";
@@ -268,6 +269,8 @@ class FakeAnthropic:
 
         if QUICK_SUB in first_prompt:
             return [{"type": "text", "text": "sub-agent done"}], "end_turn"
+        if SUBAGENT_PROMPT in first_prompt and SLOW in first_prompt:
+            return slow(_seconds(first_prompt, SLOW), "sub-agent done")
         if SUBAGENT_PROMPT in first_prompt:
             if steps_done == 0 and cwd:
                 return tool("Write", {"file_path": os.path.join(cwd, SUB_FILE), "content": "sub-agent was here\n"})

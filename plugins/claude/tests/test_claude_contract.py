@@ -8,6 +8,8 @@ transcript lives in ``projects/<folder>/<id>/subagents/``, its output under ``<t
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from muxhost.testing import AgentContract, files_holding, wait_for
@@ -21,6 +23,7 @@ class TestClaudeContract(AgentContract):
     agent = "claude"
     has_children = True
     settle = 1.0  # claude appends to its transcript a moment after a turn
+    activity_fixtures = Path(__file__).parent / "fixtures" / "activity"  # made by record_activity.py
 
     @pytest.fixture(autouse=True)
     def _claude(self, claude_world):
