@@ -107,7 +107,7 @@ def _start_ticks(pid: int) -> str:
 def replay(agent, case: Path, tmp: Path, stand_in: subprocess.Popen | None = None) -> str | None:
     """What ``agent.activity`` answers over ``case``: its ``home/`` copied to ``tmp/home`` (the
     placeholders filled in; ``stand_in`` the live process of ``@PID@``, started here when None and
-    the case needs one), its context and its screen."""
+    the case needs one; removed again after), its context and its screen."""
     from muxhost.agent import AgentContext
 
     home = tmp / "home"
@@ -134,6 +134,7 @@ def replay(agent, case: Path, tmp: Path, stand_in: subprocess.Popen | None = Non
                            pids=[stand_in.pid] if stand_in is not None else [])
         return agent.activity(ctx, screen)
     finally:
+        shutil.rmtree(home, ignore_errors=True)  # (a plugin may remember a path: none may outlive its case)
         if own and stand_in is not None:
             stand_in.kill()
             stand_in.wait()
