@@ -1,4 +1,6 @@
 """The built-in demo agent keeps the contract every agent plugin keeps (muxhost.testing.AgentContract)."""
+from pathlib import Path
+
 from muxhost.testing import AgentContract, wait_for
 
 
@@ -6,6 +8,7 @@ class TestDemoContract(AgentContract):
     agent = "demo"
     agent_cli = False  # the built-in stand-in: no real agent CLI
     has_children = True
+    activity_fixtures = Path(__file__).parent / "fixtures" / "activity" / "demo"  # made by record_demo_activity.py
 
     def converse(self, mux, pane, text):
         mux.wait_screen(pane, "demo>")

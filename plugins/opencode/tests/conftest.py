@@ -36,6 +36,7 @@ QUESTION = "MUXHOST_QUESTION"      # a question tool call (two options)
 DELEGATE = "MUXHOST_DELEGATE"      # a sub-agent (PONDER_SECONDS) and a bash `sleep` at once, then a SLOW reply
 PONDER = "MUXHOST_PONDER"          # (the sub-agent's prompt) a text reply that streams for PONDER_SECONDS
 HANG = "MUXHOST_HANG"              # the reply's headers, then not a byte while opencode holds the connection
+SUB_SLOW = "MUXHOST_SUB_SLOW"      # a sub-agent (task) whose reply streams for SLOW_SECONDS
 DONE = "All done here."
 ASKED = "muxhost-asked-and-ran"    # what the ASK call prints
 SLOW_DONE = "Slow reply finished."  # the last words of a slow reply
@@ -85,6 +86,8 @@ class FakeOpenAI:
     - the prompt names MUXHOST_QUESTION: a ``question`` call (pick a colour: red or blue);
     - the prompt names MUXHOST_DELEGATE: two calls at once, ``task`` with the prompt MUXHOST_PONDER
       and ``bash`` ``sleep NAP_SECONDS`` (the sub-agent ends while its parent's own tool still runs);
+    - the prompt names MUXHOST_SUB_SLOW: a ``task`` call whose prompt names MUXHOST_SLOW (a
+      sub-agent that streams its reply for SLOW_SECONDS), then "All done here.";
     - the prompt names MUXHOST_SPAWN: a ``task`` call whose prompt is MUXHOST_CHILD_TASK (a sub-agent;
       followed by the contract suite's text when the prompt holds one, else "start another one"),
       which answers with a ``task`` call whose prompt is MUXHOST_GRANDCHILD (a grandchild);
@@ -140,6 +143,8 @@ class FakeOpenAI:
             return ("slow", str(SLOW_SECONDS)) if DELEGATE in last else ("text", DONE)
         if HANG in last:
             return "hang", ""
+        if SUB_SLOW in last and "task" in tools:
+            return "task", f"{SLOW}: take your time"
         if SLOW in last or PONDER in last:
             return "slow", str(SLOW_SECONDS if SLOW in last else PONDER_SECONDS)
         if ASK in last and "bash" in tools:
@@ -415,8 +420,27 @@ def opencode_db():
 
 
 @pytest.fixture
+def tui_setup(mux, tmp_path, fake_llm, opencode_bin, npm_cache, scripted):
+    """A function that readies ``mux`` for the opencode TUI with ``permission`` (opencode.json's):
+    the binary on PATH, the fake model configured, the shared npm cache; returns a new ``work``
+    folder to launch it in."""
+    def setup(permission: dict) -> Path:
+        work = tmp_path / "work"
+        work.mkdir()
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        os.symlink(opencode_bin, bin_dir / "opencode")
+        mux.env.update(scripted["env"], npm_config_cache=npm_cache, PATH=f"{bin_dir}:{mux.env.get('PATH', os.defpath)}")
+        cfg = mux.home / ".config" / "opencode" / "opencode.json"
+        cfg.parent.mkdir(parents=True, exist_ok=True)
+        cfg.write_text(json.dumps({**fake_llm.config, "permission": permission}, indent=1))
+        return work
+    return setup
+
+
+@pytest.fixture
 def scripted():
     """The words the fake model reacts to."""
     return {"spawn": SPAWN, "child": CHILD, "grandchild": GRANDCHILD, "done": DONE, "env": dict(OPENCODE_ENV),
             "noted": noted, "slow": SLOW, "ask": ASK, "question": QUESTION, "delegate": DELEGATE, "asked": ASKED,
-            "slow_done": SLOW_DONE, "hang": HANG}
+            "slow_done": SLOW_DONE, "hang": HANG, "sub_slow": SUB_SLOW}

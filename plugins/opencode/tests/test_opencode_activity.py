@@ -32,17 +32,9 @@ class TUI:
     """One opencode TUI launched by ``muxhost launch`` in the test's tmux server, its database, and
     a watch on that server."""
 
-    def __init__(self, mux, tmp_path: Path, fake_llm, binary: str, npm_cache: str, words: dict, permission: dict):
+    def __init__(self, mux, cwd: Path):
         self.mux = mux
-        self.cwd = tmp_path / "work"
-        self.cwd.mkdir()
-        bin_dir = tmp_path / "bin"
-        bin_dir.mkdir()
-        os.symlink(binary, bin_dir / "opencode")
-        mux.env.update(words["env"], npm_config_cache=npm_cache, PATH=f"{bin_dir}:{mux.env.get('PATH', os.defpath)}")
-        cfg = mux.home / ".config" / "opencode" / "opencode.json"
-        cfg.parent.mkdir(parents=True, exist_ok=True)
-        cfg.write_text(json.dumps({**fake_llm.config, "permission": permission}, indent=1))
+        self.cwd = cwd
         self.db_path = mux.home / ".local/share/opencode/opencode.db"
         self.rec = mux.ok("launch", "opencode", "--cwd", str(self.cwd), "--json")
         self.pane = self.rec["pane"]
@@ -74,9 +66,9 @@ class TUI:
 
 
 @pytest.fixture
-def tui(mux, tmp_path, fake_llm, opencode_bin, npm_cache, scripted):
+def tui(mux, tui_setup):
     def start(permission: dict | None = None) -> TUI:
-        return TUI(mux, tmp_path, fake_llm, opencode_bin, npm_cache, scripted, permission or {"bash": "allow"})
+        return TUI(mux, tui_setup(permission or {"bash": "allow"}))
     return start
 
 
