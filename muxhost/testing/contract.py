@@ -467,20 +467,22 @@ class AgentContract:
         left = self._holding(mux, w.child_texts)
         assert not left, f"[children] after the purge these files still hold a child's text: {sorted(left)}"
 
-    def test_activity_answers_each_recorded_state(self, tmp_path: Path) -> None:
-        from muxhost.agent import Agent
-        from muxhost.config import Config
-        from muxhost.plugins import Registry, get_plugin_manager
-        from muxhost.testing import recording
+    def test_activity_answers_each_recorded_state(self, mux: Mux, tmp_path: Path) -> None:
+        import json
+        import subprocess
+        import sys
 
-        agent = Registry(get_plugin_manager(Config())).agents.get(self.agent)
-        assert agent is not None, f"[activity] no plugin provides agent {self.agent!r}"
-        if type(agent).activity is Agent.activity:
+        self._begin(mux)  # (prepare: the plugin loads as the CLI loads it, in mux.env)
+        folder = str(self.activity_fixtures) if self.activity_fixtures is not None else ""
+        p = subprocess.run([sys.executable, "-c", "import json, sys; from muxhost.testing.recording import replay_all; "
+                            "print(json.dumps(replay_all(*sys.argv[1:])))", self.agent, folder, str(tmp_path)],
+                           env=mux.env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, f"[activity] the replay failed: {p.stderr.strip()[-2000:]}"
+        got = json.loads(p.stdout)
+        assert got["found"], f"[activity] no plugin provides agent {self.agent!r}"
+        if not got["hook"]:
             pytest.skip(f"{self.agent} has no activity hook: nothing recorded to replay")
-        assert self.activity_fixtures is not None, \
-            f"[activity] {type(self).__name__}.activity_fixtures: {self.agent} has an activity hook; record its states"
-        cases = recording.cases(self.activity_fixtures)
-        assert cases, f"[activity] no case (a folder with expected.txt) under {self.activity_fixtures}"
-        wrong = [f"{case.name}: {got!r}, recorded {recording.expected(case)!r}" for case in cases
-                 if (got := recording.replay(agent, case, tmp_path / case.name)) != recording.expected(case)]
+        assert folder, f"[activity] {type(self).__name__}.activity_fixtures: {self.agent} has an activity hook; record its states"
+        assert got["cases"], f"[activity] no case (a folder with expected.txt) under {folder}"
+        wrong = [f"{name}: {answer!r}, recorded {want!r}" for name, (answer, want) in got["cases"].items() if answer != want]
         assert not wrong, "[activity] the hook does not answer the recorded state: " + "; ".join(wrong)

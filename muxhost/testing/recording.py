@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
-__all__ = ["CWD", "cases", "expected", "record", "replay", "sqlite_subset", "write_case"]
+__all__ = ["CWD", "cases", "expected", "record", "replay", "replay_all", "sqlite_subset", "write_case"]
 
 #: the working directory every case is recorded in (rewritten from the real one: no machine's path)
 CWD = "/muxhost-fixture/work"
@@ -164,3 +164,20 @@ def record(agent, dest: Path, state: str, take: Take, rewrite: Mapping[str, str]
         if time.monotonic() > deadline:
             raise AssertionError(f"{dest.name}: the hook answers {got!r} over what was recorded, not {state!r}")
         time.sleep(0.3)
+
+
+def replay_all(agent_name: str, folder: str, tmp: str) -> dict:
+    """Every case of ``folder`` replayed through agent ``agent_name`` as the CLI loads it (this
+    process's environment): ``found`` (a plugin provides it), ``hook`` (it has an ``activity``
+    hook) and ``cases`` (name -> [its answer, the state recorded]). What the contract suite runs."""
+    from muxhost.agent import Agent
+    from muxhost.config import Config
+    from muxhost.plugins import Registry, get_plugin_manager
+
+    agent = Registry(get_plugin_manager(Config())).agents.get(agent_name)
+    hook = agent is not None and type(agent).activity is not Agent.activity
+    out: dict = {"found": agent is not None, "hook": hook, "cases": {}}
+    for case in cases(Path(folder)) if hook and folder else ():
+        answer = replay(agent, case, Path(tmp) / case.name)
+        out["cases"][case.name] = [None if answer is None else str(answer), expected(case)]
+    return out
