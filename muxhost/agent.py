@@ -277,7 +277,8 @@ class Agent:
         best source the plugin has (its transcript or database, a marker on ``screen``, a status
         command of the agent itself): ``"working"``, ``"waiting"`` (it asks the user something: a
         permission, a question), ``"idle"`` (done, at its prompt), ``"stalled"`` (a turn is open and
-        its own evidence shows no progress), or None: no opinion. Return :class:`Activity` (``state``,
+        its own evidence shows no progress for ``ctx.stall_after``: :func:`muxhost.kit.net.stalled`),
+        or None: no opinion. Return :class:`Activity` (``state``,
         ``reason``) to say what it read; a bare string is the state with no reason.
 
         ``screen`` is the pane's visible screen (None when the host read none). The host calls this
