@@ -27,10 +27,10 @@ _LAST_MESSAGE = (  # the session's creation; its last message's id, creation, ro
     " json_extract(m.data, '$.time.completed'), json_extract(m.data, '$.finish'),"
     " json_type(m.data, '$.error') from session s left join message m on m.id = ("
     "select id from message where session_id = s.id order by time_created desc, id desc limit 1) where s.id = ?")
-_NEWEST = ("select max(t) from (select max(time_updated) t from message where session_id = ?"
-           " union all select max(time_updated) from part where session_id = ?)")
-_TOOL_RUNS = ("select 1 from part where message_id = (select id from message where session_id = ?"
-              " order by time_created desc, id desc limit 1) and json_extract(data, '$.type') = 'tool'"
+_LAST_ID = "(select id from message where session_id = ? order by time_created desc, id desc limit 1)"
+_NEWEST = (f"select max(t) from (select time_updated t from message where id = {_LAST_ID}"
+           f" union all select max(time_updated) from part where message_id = {_LAST_ID})")
+_TOOL_RUNS = (f"select 1 from part where message_id = {_LAST_ID} and json_extract(data, '$.type') = 'tool'"
               " and json_extract(data, '$.state.status') in ('pending', 'running') limit 1")
 _TOOL_PARTS = ("select json_extract(data, '$.tool'), json_extract(data, '$.state.status'),"
                " substr(json_extract(data, '$.state.error'), 1, 200) from part"
@@ -82,8 +82,8 @@ def turn_state(con: sqlite3.Connection, sid: str, since_ms: int = 0, now_ms: int
 
 def session_stalled(con: sqlite3.Connection, sid: str, ctx, now: float | None = None):
     """``stalled`` (an Activity with its reason) when session ``sid``'s open turn waits on the model
-    and nothing comes: no message or part of it changed for ``ctx.stall_after`` (their
-    ``time_updated``), no tool of its last message is pending or running (a tool that runs long and
+    and nothing comes: its last message and that message's parts have not changed for
+    ``ctx.stall_after`` (their ``time_updated``), no tool of it is pending or running (a tool that runs long and
     quietly — a sub-agent's ``task`` too — is no stall), and opencode received no byte for as long
     (:func:`muxhost.kit.net.stalled`). Else None. Raises :class:`sqlite3.Error`."""
     now = time.time() if now is None else now

@@ -284,8 +284,7 @@ def test_an_open_turn_with_no_sign_of_life_is_stalled(ran):
         add_tool(db, mid, sid, "bash", "running")
         assert agent.activity(c, None) == "working"  # a tool runs: no stall
         edit(db, "delete from part where id like 'prt_test%'")
-        edit(db, "update part set time_updated = ? where id = (select max(id) from part where session_id = ?)",
-             (int(time.time() * 1000), sid))
+        edit(db, "update part set time_updated = ? where message_id = ?", (int(time.time() * 1000), mid))
         assert agent.activity(c, None) == "working"  # a part changed just now
         edit(db, "update part set time_updated = 1 where session_id = ?", (sid,))
         assert agent.activity(c, None) == "stalled"
