@@ -250,7 +250,8 @@ class ActivityOps:
         them) where it said ``working`` or nothing and reads screens — a question on the screen may
         be all there is to see; the time of the pane's last output (the backend's), and — only for
         the records whose state depends on it, or all of them when ``sample`` is given (seconds) —
-        the CPU their non-resident processes use over one short sample (:data:`SAMPLE`, shared)."""
+        the CPU their non-resident processes use over one short sample (:data:`SAMPLE`, shared; with
+        ``sample``, every process of the tree is sampled, the resident ones shown but never counted)."""
         answers, screens = self._answers(todo, table)
         looks = []
         for lv in todo:
@@ -262,8 +263,8 @@ class ActivityOps:
             wanted = (sample is not None or (ev.plugin == "idle" and tools)
                       or (ev.plugin == "working" and silent is not None and silent >= stall_after)
                       or (ev.plugin is None and not (silent is not None and silent < RECENT)))
-            looks.append(Look(lv, agent, ev, resident, tools, screens.get(id(lv)),
-                              [*lv.tree[:1], *tools] if wanted else []))
+            sampled = list(lv.tree) if sample is not None else [*lv.tree[:1], *tools] if wanted else []
+            looks.append(Look(lv, agent, ev, resident, tools, screens.get(id(lv)), sampled))
         _sample_cpu(looks, SAMPLE if sample is None else sample)
         return looks
 
@@ -289,7 +290,7 @@ class ActivityOps:
 
 def _sample_cpu(looks: list[Look], seconds: float) -> None:
     """One short CPU sample (``seconds``) shared by every look that needs one: sets each one's
-    ``busy`` (its sampled processes used CPU), ``tool_busy`` (its tools did) and ``cpu``."""
+    ``busy`` (its non-resident processes used CPU), ``tool_busy`` (its tools did) and ``cpu``."""
     keys = {p.key for lk in looks for p in lk.sampled}
     if not keys:
         return
@@ -300,5 +301,6 @@ def _sample_cpu(looks: list[Look], seconds: float) -> None:
         used = {k: after[k] - before[k] for k in (p.key for p in lk.sampled) if k in before and k in after}
         tool_keys = {p.key for p in lk.tools}
         lk.cpu = {k: v / dt for k, v in used.items()}
-        lk.evidence.busy = sum(used.values()) >= CPU_BUSY * dt
+        own = tool_keys | {p.key for p in lk.live.tree[:1]}  # (a resident's CPU is never work)
+        lk.evidence.busy = sum(v for k, v in used.items() if k in own) >= CPU_BUSY * dt
         lk.evidence.tool_busy = sum(v for k, v in used.items() if k in tool_keys) >= CPU_BUSY * dt

@@ -156,9 +156,20 @@ class Quiet(Agent):
         return Launch(["sleep", "60"])
 
 
+class Helped(Agent):
+    """No activity hook either; a resident child (``yes``, a stand-in for a language server) spins."""
+
+    name = "helped"
+    process_names = ("sleep",)
+    resident_children = ("yes",)
+
+    def launch(self, ctx):
+        return Launch(["sh", "-c", "yes > /dev/null & exec sleep 60"])
+
+
 @pytest.fixture
 def host_agents():
-    return [Quiet()]
+    return [Quiet(), Helped()]
 
 
 def test_a_plugin_without_an_activity_hook_is_said_so(host, tmp_path, capsys):
@@ -196,3 +207,13 @@ def test_explain_on_tmux_with_the_watch_and_without(mux):
     mux.ok("stop", "why")
     doc = mux.ok("explain", "why", "--json")
     assert doc["state"] == "stopped" and doc["why"].startswith("stopped by `muxhost stop`")
+
+
+def test_a_resident_childs_cpu_is_shown_but_never_counted(host, tmp_path, capsys):
+    host.launch("helped", cwd=str(tmp_path), name="h")
+    wait_for(lambda: len(host.explain(host.resolve("h"))["look"]["processes"]) == 2, timeout=10)
+    doc = explained(host, "h", capsys)
+    agent, helper = doc["look"]["processes"]
+    assert (agent["role"], helper["role"], helper["name"]) == ("agent", "resident", "yes")
+    assert helper["cpu_percent"] > 20  # (it spins: shown, as explain samples every process of the tree)
+    assert doc["activity"] == "idle" and doc["look"]["rule"] == "no opinion from the plugin; no CPU, and no output seen"
