@@ -80,6 +80,7 @@ def print_explanation(doc: dict) -> None:
     _line("children", ", ".join(doc["children"]) or "none")
     _line("last key", _ago(doc["last_input"], now) if doc["last_input"] else "none seen")
     _line("last send", _ago(doc["sent_at"], now))
+    _line("launched", f"{_ago(doc['launched_at'], now)} (its launch, resume, wake or restore)")
     clock = doc["clock"]
     _line("clock", f"since {_ago(clock['since'], now)}: {clock['set_by']}" if clock["since"] is not None
           else clock["set_by"])
