@@ -63,6 +63,7 @@ class Explaining:
         else:
             doc.update(activity=verdict.state, activity_since=since, judged_by={"watch": None}, look=fresh)
         doc["last_input"] = live.pane.last_input
+        doc["warnings"] = list(live.warnings)  # (a hook that failed: its answer is no opinion)
         doc["clock"] = {"since": since, "set_by": set_by,
                         "untouched_since": untouched_since(since, live.pane.last_input)
                         if doc["activity"] == "idle" else None}

@@ -167,9 +167,18 @@ class Helped(Agent):
         return Launch(["sh", "-c", "yes > /dev/null & exec sleep 60"])
 
 
+class Broken(Quiet):
+    """An activity hook that fails."""
+
+    name = "broken"
+
+    def activity(self, ctx, screen):
+        raise RuntimeError("the transcript is gone")
+
+
 @pytest.fixture
 def host_agents():
-    return [Quiet(), Helped()]
+    return [Quiet(), Helped(), Broken()]
 
 
 def test_a_plugin_without_an_activity_hook_is_said_so(host, tmp_path, capsys):
@@ -217,3 +226,11 @@ def test_a_resident_childs_cpu_is_shown_but_never_counted(host, tmp_path, capsys
     assert (agent["role"], helper["role"], helper["name"]) == ("agent", "resident", "yes")
     assert helper["cpu_percent"] > 20  # (it spins: shown, as explain samples every process of the tree)
     assert doc["activity"] == "idle" and doc["look"]["rule"] == "no opinion from the plugin; no CPU, and no output seen"
+
+
+def test_a_hook_that_fails_is_a_warning_and_no_opinion(host, tmp_path, capsys):
+    host.launch("broken", cwd=str(tmp_path), name="oops")
+    doc = explained(host, "oops", capsys)
+    assert doc["look"]["plugin"] == {"hook": True, "answer": None, "reason": None}
+    assert doc["look"]["rule"].startswith("no opinion from the plugin")
+    assert [(w["hook"], "the transcript is gone" in w["error"]) for w in doc["warnings"]] == [("activity", True)]
