@@ -181,6 +181,25 @@ def host_agents():
     return [Quiet(), Helped(), Broken()]
 
 
+@pytest.mark.parametrize("state, fields, why", [
+    ("stopped", {"stopped_at": 1.0, "outcome": "term", "seconds": 2.5},
+     r"stopped by `muxhost stop` at \d\d:\d\d:\d\d \(outcome term, after 2.5 s\)"),
+    ("asleep", {"slept_at": 1.0}, r"asleep since \d\d:\d\d:\d\d: its pane shows the stub; Enter there or "
+                                  r"`muxhost wake zzz` resumes it"),
+    ("stopping", {}, r"a stop was cut short and something of it still runs: `muxhost stop abcdef12` finishes it"),
+    ("starting", {}, r"launched at \d\d:\d\d:\d\d, its pane is not there yet"),
+    ("lost", {}, r"lost: its pane \(or its pane server\) is gone; `muxhost restore` resumes it"),
+])
+def test_why_a_record_does_not_run(state, fields, why):
+    from muxhost import procs
+    from muxhost.explaining import why_not_running
+    from muxhost.state import Live, View
+    from muxhost.store import Record
+
+    rec = Record("abcdef12", "zzz", "demo", "/", "/", 1.0, **fields)
+    assert re.fullmatch(why, why_not_running(Live(rec, state, None), View({}, procs.ProcessTable({}))))
+
+
 def test_a_plugin_without_an_activity_hook_is_said_so(host, tmp_path, capsys):
     lv = host.launch("quiet", cwd=str(tmp_path), name="q")
     doc = explained(host, "q", capsys)

@@ -61,7 +61,7 @@ def print_explanation(doc: dict) -> None:
         _line("judged by", f"the watch (pid {watch}); this look says {look['activity']}")
     else:
         _line("judged by", "this look (no watch runs on its server)")
-    _line("rule", look["rule"])
+    _line("rule", look["rule"] + (" (this look)" if watch is not None else ""))
     plugin = look["plugin"]
     answer = ("the plugin has no activity hook" if not plugin["hook"] else "no opinion" if plugin["answer"] is None
               else plugin["answer"] + (f" ({plugin['reason']})" if plugin["reason"] else " (no reason given)"))
