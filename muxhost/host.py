@@ -20,6 +20,7 @@ Each operation is a module with its own object, given the core and the operation
 - :mod:`muxhost.fleet` (``Scripting``): send, read; ``wait`` is :meth:`Host.wait`, over :class:`muxhost.passes.Poller`;
 - :mod:`muxhost.worktrees` (``Removal``): ``rm``, and the worktree of ``launch --worktree``;
 - :mod:`muxhost.activity` (``ActivityOps``): what each agent is doing, by one look;
+- :mod:`muxhost.explaining` (``Explaining``): ``explain``: what that look read and which rule decided;
 - :mod:`muxhost.passes`: **the watch pass** — observe (one pane query, one process pass, the screens that
   moved) → judge (pure) — shared by the watch and ``wait``;
 - :mod:`muxhost.watching` (``WatchOps``, ``Watch``): the watch: a pass per interval, then publish.
@@ -36,6 +37,7 @@ from muxhost.backends import Backend
 from muxhost.config import Config
 from muxhost.core import Core
 from muxhost.errors import MuxhostError, Refused, UsageError
+from muxhost.explaining import Explaining
 from muxhost.fleet import SETTLE, UNTIL, WAIT_INTERVAL, Scripting, other_program
 from muxhost.ladder import Ladder
 from muxhost.launching import ENV_RE, NAME_RE, Launching
@@ -65,6 +67,7 @@ class Host:
         self.locks = Locks(core)
         self.state = State(core)
         self.activity = ActivityOps(core)
+        self.explaining = Explaining(core, self.state, self.activity)
         self.refusals = Refusals(core, self.state)
         self.ladder = Ladder(core, self.state, self.locks)
         self.listing = Listing(core, self.state, self.ladder, self.activity)
@@ -152,6 +155,9 @@ class Host:
 
     def activities(self, lives: list, view) -> None:
         return self.activity.activities(lives, view)
+
+    def explain(self, rec: Record) -> dict[str, Any]:
+        return self.explaining.explain(rec)
 
     # -- launch, resume ------------------------------------------------------------------------------
     def agent_env(self, base: dict[str, str], home: str | None, agent_name: str,

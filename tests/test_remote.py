@@ -118,6 +118,8 @@ def test_launch_ls_send_wait_read_stop_on_a_remote_host(box):
     shown = box.ok("show", ref, "--json")
     pids = [p["pid"] for p in shown["processes"]]
     assert pids
+    why = box.ok("explain", ref, "--json")  # (judged there: its panes, its processes, its plugin)
+    assert why["id"] == rec["id"] and why["activity"] == "idle" and why["look"]["plugin"]["reason"]
 
     out = box.ok("stop", ref, "--json")
     assert out["outcome"] in ("exit", "hup", "term", "kill")

@@ -28,6 +28,7 @@ COMMANDS = {
     "launch": "start an agent in a new tmux pane and print its record",
     "ls": "list records with their live state",
     "show": "one record, with its process tree and pane",
+    "explain": "why muxhost thinks an agent is working, waiting, idle or stalled: what it read, which rule decided",
     "attach": "go to an agent's pane",
     "stop": "stop an agent: /exit, then kill-session, SIGTERM, SIGKILL of the whole tree",
     "resume": "resume the record's conversation in a new pane (same record)",
