@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from typing import Any, Callable
 
@@ -70,6 +71,11 @@ class Watch:
 
         self.ident = f"{os.getpid()} {psutil.Process().create_time()}"
         self.gone = False  # the server watched is gone
+        self.emitting = threading.Lock()  # (the notifier's worker emits its warnings too)
+        from muxhost import notify
+
+        #: notify.urls: each pass's changes, told through apprise (None: no URL set)
+        self.notifier = notify.for_watch(host.config, stall_after, self._notify_warning)
 
     @property
     def instance(self) -> str | None:
@@ -103,6 +109,8 @@ class Watch:
                                    self._notes(left) if left else None)
         self.tracks = judged.tracks
         changes = [self._changed(change) for change in judged.changes]
+        if self.notifier is not None and judged.changes:  # (it only enqueues: no channel is waited on)
+            self.notifier.saw(judged.changes, sight.now, self.backend.screens, self._panes_now)
         self._publish(judged.left)
         self._sleep_idle(sight.now)
         self.looked = sight.now
@@ -161,8 +169,22 @@ class Watch:
             self.host.warn("-", "muxhost_activity_changed", e, rec)
         if new == "waiting" and change.alert and self.alert and live.pane is not None:
             self.backend.alert(f"muxhost: {rec.name} ({rec.agent}) is waiting for you", live.pane.pane_id)
-        self.emit(line)
+        with self.emitting:
+            self.emit(line)
         return line
+
+    def _panes_now(self) -> dict[str, Any]:
+        """The server's panes by id, now (a pane an agent left: its exit status)."""
+        return {pane.pane_id: pane for pane in self.backend.snapshot() or []}
+
+    def _notify_warning(self, warning: dict[str, Any]) -> None:
+        """A notification channel failed (or apprise is missing): a line on stderr, and a
+        ``notify`` line for ``emit`` (``watch --json``)."""
+        from muxhost.notify import warning_line
+
+        print(warning_line(warning), file=sys.stderr, flush=True)
+        with self.emitting:
+            self.emit({**warning, "at": round(time.time(), 3)})
 
     def _publish(self, left: list[Track]) -> None:
         """What changed since the last publish, in one round trip: the options of each judged pane,
@@ -212,6 +234,8 @@ class Watch:
                 self._warnings()
                 time.sleep(max(0.0, self.interval - (time.monotonic() - t0)))
         finally:
+            if self.notifier is not None:
+                self.notifier.close()
             try:
                 self.withdraw()
             except Exception:
