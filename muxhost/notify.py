@@ -129,6 +129,11 @@ def load_apprise():
         import apprise
     except ImportError:
         return None
+    import logging
+
+    # (its own lines would reach stderr through logging's last resort: each failure is one line of
+    # ours, its reason taken from apprise's log of that call, its URL's secrets scrubbed)
+    logging.getLogger("apprise").addHandler(logging.NullHandler())
     return apprise
 
 
@@ -140,7 +145,12 @@ class Channel:
         self.pending: list[tuple[str, str, list[Event]]] = []
         self.tries = 0
         self.due = 0.0  # monotonic time of the next try
-        self.apprise = apprise_mod.Apprise()
+        try:  # the call in this thread, bounded by the channel's own socket timeouts (apprise 2.x would
+            # run it in a process-wide pool of threads that outlives the call: service_timeout=0)
+            asset = apprise_mod.AppriseAsset(app_id="muxhost", service_timeout=0)
+        except TypeError:  # (an apprise before service_timeout)
+            asset = apprise_mod.AppriseAsset(app_id="muxhost")
+        self.apprise = apprise_mod.Apprise(asset=asset)
         self.known = bool(self.apprise.add(url))
 
     def send(self, title: str, body: str) -> str | None:
