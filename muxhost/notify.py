@@ -13,9 +13,11 @@ A URL can hold a token: a channel is only ever named by its number, scheme and h
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import socket
+import sys
 import threading
 import time
 from typing import Any, Callable, NamedTuple
@@ -308,11 +310,30 @@ class Notifier:
             self.thread.join(timeout)
 
 
+def guard_config(config) -> str | None:
+    """The config file that holds ``notify.urls`` (tokens, and where the screens of waiting agents
+    go) keeps the state folder's rules: refused (exit 1) when it is not yours or others can write it
+    (its symbolic links followed); a warning (returned) when others can read it."""
+    if not config.path or not os.path.exists(config.path):
+        return None
+    from muxhost.store import check_private
+
+    real = os.path.realpath(config.path)
+    check_private(real)
+    if os.stat(real).st_mode & 0o044:
+        return (f"muxhost: warning: {config.path} holds notify.urls (which may hold tokens) and others can "
+                f"read it: chmod go-r {real}")
+    return None
+
+
 def for_watch(config, stall_after: float, warn: Callable[[dict[str, Any]], None]) -> Notifier | None:
     """The watch's notifier from ``notify:`` in the config; None when no URL is set."""
     urls = config.notify("urls")
     if not urls:
         return None
+    readable = guard_config(config)
+    if readable:
+        print(readable, file=sys.stderr, flush=True)
     return Notifier(list(urls), list(config.notify("events")), float(config.notify("done_after")),
                     stall_after, warn)
 

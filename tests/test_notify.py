@@ -292,6 +292,7 @@ def test_a_channel_is_named_without_its_secrets():
 
 def test_notify_test_says_which_channel_failed_and_why(mux, sink, tmp_path):
     mux.config.write_text(f'notify:\n  urls: ["{sink.url}", "json://127.0.0.1:9/down?token=s3cr3tvalue"]\n')
+    mux.config.chmod(0o600)
     r = mux.run("notify", "test")
     assert r.rc == 1, r.err
     lines = r.out.splitlines()
@@ -321,9 +322,23 @@ def test_notify_test_with_no_url_and_bad_notify_settings(mux):
     assert r.rc == 2 and "line 2: notify.done_after: expected a number of seconds" in r.err
 
 
+def test_a_config_with_notify_urls_others_can_read_is_a_warning_and_one_they_can_write_is_refused(mux, sink):
+    mux.config.write_text(f'notify:\n  urls: ["{sink.url}"]\n')
+    mux.config.chmod(0o644)
+    r = mux.run("notify", "test")
+    assert r.rc == 0 and r.out == "#1 json 127.0.0.1: ok\n"
+    assert r.err == (f"muxhost: warning: {mux.config} holds notify.urls (which may hold tokens) and others can "
+                     f"read it: chmod go-r {mux.config}\n")
+    mux.config.chmod(0o666)
+    r = mux.run("notify", "test")
+    assert r.rc == 1 and r.out == "" and f"chmod go-w {mux.config}" in r.err
+    assert len(sink.posts) == 1  # (nothing sent from a config others could have changed)
+
+
 def test_without_apprise_notify_test_says_how_to_install_and_the_watch_warns_once(mux, monkeypatch):
     monkeypatch.setitem(sys.modules, "apprise", None)  # (import apprise raises ImportError)
     mux.config.write_text("notify:\n  urls: [ntfy://t]\n")
+    mux.config.chmod(0o600)
     r = mux.run("notify", "test")
     assert r.rc == 1
     assert r.err.strip() == ("muxhost: notify test: apprise is not installed: pip install 'muxhost[notify]' "
@@ -341,6 +356,7 @@ def test_a_real_watch_tells_the_sink_once_that_the_demo_agent_asks(mux, sink):
 
     down = "json://127.0.0.1:9/hook?token=s3cr3tvalue"
     mux.config.write_text(f'watch:\n  interval: 0.3\nnotify:\n  urls: ["{sink.url}", "{down}"]\n')
+    mux.config.chmod(0o600)
     rec = mux.ok("launch", "demo", "--json", "--name", "asker")
     pane = rec["pane"]
     mux.wait_screen(pane, "demo>")

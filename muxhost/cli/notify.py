@@ -29,6 +29,9 @@ def run(host, args) -> int:
     if not urls:
         where = host.config.path or find_config(getattr(args, "config", None))
         raise UsageError(f"notify test: no notification channel: set notify.urls in {where} (docs/activity.md)")
+    readable = notify.guard_config(host.config)
+    if readable:
+        print(readable, file=sys.stderr)
     if notify.load_apprise() is None:
         raise MuxhostError(f"notify test: {notify.INSTALL}")
     results = notify.send_test(list(urls))
