@@ -125,6 +125,15 @@ def last_lines(screen: str | None, n: int = SCREEN_LINES) -> tuple[str, ...]:
     return tuple(lines[-n:])
 
 
+def with_screens(events: list[Event], changes, screens: Callable[[list[str]], dict[str, str]]) -> list[Event]:
+    """The waiting ones of ``events`` with the last lines of their screens (the question), all
+    captured in one ``screens(panes)`` call."""
+    panes = {c.live.rec.id: c.live.pane.pane_id for c in changes if c.live.pane is not None}
+    got = screens([panes[ev.record] for ev in events if ev.kind == "waiting" and ev.record in panes])
+    return [ev._replace(screen=last_lines(got.get(panes.get(ev.record, "")))) if ev.kind == "waiting" else ev
+            for ev in events]
+
+
 def load_apprise():
     """The apprise module, or None when the notify extra is not installed."""
     try:
@@ -215,25 +224,30 @@ class Notifier:
         message; ``screens(panes)`` gives the screens of waiting agents, ``statuses()`` the pane
         snapshot by pane id (asked only when an agent left: its exit status)."""
         events: list[Event] = []
+        snapshot: list[dict[str, Any]] = []
+
+        def once() -> dict[str, Any]:  # (one snapshot a pass, however many agents left in it)
+            if not snapshot:
+                snapshot.append(statuses())
+            return snapshot[0]
+
         for change in changes:
-            ev = self._event(change, now, screens, statuses)
+            ev = self._event(change, now, once)
             if ev is not None and ev.kind in self.events:
                 events.append(ev)
-        waiting = [ev for ev in events if ev.kind == "waiting" and not ev.screen]
-        if waiting:
-            panes = {c.live.rec.id: c.live.pane.pane_id for c in changes if c.live.pane is not None}
-            got = screens([panes[ev.record] for ev in waiting if ev.record in panes])
-            events = [ev._replace(screen=last_lines(got.get(panes.get(ev.record, ""))))
-                      if ev in waiting else ev for ev in events]
+        if any(ev.kind == "waiting" for ev in events):
+            events = with_screens(events, changes, screens)
         if events and self.thread is not None:
             self.queue.put(events)
         return events
 
-    def _event(self, change, now: float, screens, statuses) -> Event | None:
+    def _event(self, change, now: float, statuses) -> Event | None:
         """The event one change makes (None: nothing to tell), and what the notifier remembers."""
         rec, old, new = change.live.rec, change.old, change.new
-        event = lambda kind, seconds, **kw: Event(kind, rec.id, rec.name, rec.agent, self.host,
-                                                 change.since, seconds, **kw)
+
+        def event(kind: str, seconds: float, detail: str = "") -> Event:
+            return Event(kind, rec.id, rec.name, rec.agent, self.host, change.since, seconds, detail)
+
         if new is None:
             self.busy_since.pop(rec.id, None)
             status = self._failed(change, statuses)
@@ -340,7 +354,7 @@ def for_watch(config, stall_after: float, warn: Callable[[dict[str, Any]], None]
 
 def warning_line(w: dict[str, Any]) -> str:
     """A notifier warning as the line the watch prints on stderr."""
-    if w["notify"] == "missing":
+    if w["notify"] in ("missing", "error"):
         return f"muxhost: warning: notify: {w['error']}"
     if w["notify"] == "gave up":
         return (f"muxhost: warning: notify: channel {w['channel']}: gave up after {w['tries']} tries: "

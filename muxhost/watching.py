@@ -109,8 +109,8 @@ class Watch:
                                    self._notes(left) if left else None)
         self.tracks = judged.tracks
         changes = [self._changed(change) for change in judged.changes]
-        if self.notifier is not None and judged.changes:  # (it only enqueues: no channel is waited on)
-            self.notifier.saw(judged.changes, sight.now, self.backend.screens, self._panes_now)
+        if self.notifier is not None and judged.changes:
+            self._notify(judged.changes, sight.now)
         self._publish(judged.left)
         self._sleep_idle(sight.now)
         self.looked = sight.now
@@ -172,6 +172,14 @@ class Watch:
         with self.emitting:
             self.emit(line)
         return line
+
+    def _notify(self, changes: list[Change], now: float) -> None:
+        """Hand a pass's changes to the notifier, which only enqueues (no channel is waited on); a
+        notifier that fails is a warning line, never the end of the watch."""
+        try:
+            self.notifier.saw(changes, now, self.backend.screens, self._panes_now)
+        except Exception as e:
+            self._notify_warning({"notify": "error", "error": f"{type(e).__name__}: {e}"})
 
     def _panes_now(self) -> dict[str, Any]:
         """The server's panes by id, now (a pane an agent left: its exit status)."""
