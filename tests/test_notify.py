@@ -42,7 +42,7 @@ class Sink:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 sink.tries += 1
                 sink.arrived.set()
-                sink.released.wait(30)
+                sink.released.wait(90)
                 if sink.status == 200:
                     sink.posts.append(json.loads(body))
                 self.send_response(sink.status)
@@ -139,11 +139,12 @@ def watches():
 
 def test_waiting_done_stalled_and_failed_each_make_exactly_one_message(host, tmp_path, sink, watches):
     warnings = []
-    lives = agents(host, tmp_path, 4, "working")
+    lives = agents(host, tmp_path, 5, "working")
+    set_state(lives[4:], "waiting")  # waiting before the watch starts: no news
     w = watch_with(host, sink, warnings, done_after=0.0, stall_after=600.0)
     watches.append(w)
     w.step()  # the first pass sets the scene: no message
-    [waiter, doer, staller, failer] = lives
+    [waiter, doer, staller, failer, _] = lives
     set_state([waiter], "waiting")
     w.step()
     assert [p["title"] for p in sink.wait(1)] == ["muxhost: agent0 is waiting for you"]
@@ -232,21 +233,31 @@ def test_a_channel_that_fails_is_a_warning_and_a_later_delivery(host, tmp_path, 
     assert len(sink.posts) == 1
 
 
-def test_a_channel_that_hangs_never_holds_up_a_pass(host, tmp_path, sink, watches, monkeypatch):
+def test_a_channel_that_hangs_never_holds_up_a_pass(host, tmp_path, sink, watches):
+    """The sink takes the request and does not answer for a minute (and apprise waits that long for
+    it: rto=60): the passes keep coming meanwhile, each with what it saw; delivered once it answers."""
     lives = agents(host, tmp_path, 2, "working")
     warnings = []
+    sink.url += "?rto=60&cto=60"
     w = watch_with(host, sink, warnings)
     watches.append(w)
     w.step()
     sink.hang()
-    set_state(lives[:1], "waiting")
-    w.step()
-    assert sink.arrived.wait(10)  # the worker is inside the channel, which does not answer ...
-    set_state(lives[1:], "waiting")
-    changes = []
-    for _ in range(5):  # ... and the passes keep coming, each with what it saw
-        changes += w.step()
-    assert not sink.released.is_set() and [c["name"] for c in changes] == ["agent1"]
+    stuck = threading.Event()
+    # (a watchdog: a pass stuck on the channel for 30 s fails the test, and is let go)
+    watchdog = threading.Timer(30, lambda: (stuck.set(), sink.release()))
+    watchdog.start()
+    try:
+        set_state(lives[:1], "waiting")
+        changes = w.step()
+        assert sink.arrived.wait(10)  # the worker is inside the channel, which does not answer ...
+        set_state(lives[1:], "waiting")
+        for _ in range(5):  # ... and the passes keep coming
+            changes += w.step()
+    finally:
+        watchdog.cancel()
+    assert not stuck.is_set(), "a pass waited on the channel that hangs"
+    assert not sink.released.is_set() and [c["name"] for c in changes] == ["agent0", "agent1"]
     sink.release()
     posts = sink.wait(2)
     assert [p["title"] for p in posts] == ["muxhost: agent0 is waiting for you", "muxhost: agent1 is waiting for you"]
