@@ -390,3 +390,23 @@ def test_a_real_watch_tells_the_sink_once_that_the_demo_agent_asks(mux, sink):
     [line] = [ln for ln in w.stderr.splitlines() if "notify" in ln]
     assert line.startswith("muxhost: warning: notify: channel #2 json 127.0.0.1 failed: ")
     assert line.endswith("(trying again in 5 s)") and "s3cr3tvalue" not in w.stderr
+
+
+def test_a_real_watch_tells_that_an_agent_exited_with_a_non_zero_status(mux, sink):
+    """tmux keeps the dead pane and its status (remain-on-exit): `failed`, with the status."""
+    from muxhost.testing import Watching
+
+    mux.config.write_text(f'watch:\n  interval: 0.3\nnotify:\n  urls: ["{sink.url}"]\nagents:\n  quitter:\n'
+                          f'    command: [sh, -c, \'echo ready; read status; exit "$status"\']\n'
+                          f'    process_names: [sh]\n')
+    mux.config.chmod(0o600)
+    rec = mux.ok("launch", "quitter", "--json", "--name", "quits")
+    with Watching(mux) as w:
+        w.wait(rec["pane"], "idle")
+        mux.type(rec["pane"], "3")
+        [post] = sink.wait(1)
+        time.sleep(1)
+    assert post["title"] == "muxhost: quits failed (status 3)"
+    assert f"quits (quitter, record {rec['id']}) on " in post["message"]
+    assert " failed: exited with status 3 at " in post["message"]
+    assert len(sink.posts) == 1
