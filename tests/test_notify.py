@@ -189,7 +189,8 @@ def test_an_exit_with_status_0_and_short_work_tell_nothing(host, tmp_path, sink,
     assert sink.tries == 0
 
 
-def test_a_hundred_agents_changing_in_one_pass_make_one_message(host, tmp_path, sink, watches):
+def test_a_hundred_agents_changing_in_one_pass_make_one_message(host, tmp_path, sink, watches, monkeypatch):
+    monkeypatch.setattr("muxhost.launching.UP_SETTLE", 0.0)  # (100 launches: no moment after each first screen)
     lives = agents(host, tmp_path, 100, "working")
     warnings = []
     w = watch_with(host, sink, warnings)
