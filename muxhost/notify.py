@@ -153,7 +153,7 @@ class Channel:
 
     def __init__(self, index: int, url: str, apprise_mod):
         self.url, self.name = url, channel_name(index, url)
-        self.pending: list[tuple[str, str, list[Event]]] = []
+        self.pending: list[list[Event]] = []  # the passes' events not delivered yet
         self.tries = 0
         self.due = 0.0  # monotonic time of the next try
         try:  # the call in this thread, bounded by the channel's own socket timeouts (apprise 2.x would
@@ -296,7 +296,10 @@ class Notifier:
                     ch.pending.append(events)
             for ch in self.channels:
                 if ch.pending and ch.due <= time.monotonic():
-                    self._try(ch)
+                    try:
+                        self._try(ch)
+                    except Exception:  # (a warning nobody can read any more: the worker goes on)
+                        ch.due = time.monotonic() + BACKOFF
 
     def _try(self, ch: Channel) -> None:
         """Send a channel's pending events as one message; on failure, a warning and the next try later."""
