@@ -199,7 +199,7 @@ def send_test(urls: list[str]) -> list[tuple[str, str | None]]:
 class Notifier:
     """The watch's notifications: :meth:`saw` judges a pass's changes and enqueues one message;
     a worker thread delivers it to each channel (see the module). ``warn(line)`` gets each warning
-    as a dict (``notify``: ``failed``, ``gave up`` or ``missing``; ``channel``, ``error``, …)."""
+    as a dict (``notify``: ``failed``, ``gave up``, ``unknown`` or ``missing``; ``channel``, ``error``, …)."""
 
     def __init__(self, urls: list[str], events: list[str], done_after: float, stall_after: float,
                  warn: Callable[[dict[str, Any]], None], host: str | None = None):
@@ -213,7 +213,11 @@ class Notifier:
             warn({"notify": "missing", "error": INSTALL + ": notifications are off"})
             self.thread = None
             return
-        self.channels = [Channel(i, url, apprise_mod) for i, url in enumerate(urls, 1)]
+        channels = [Channel(i, url, apprise_mod) for i, url in enumerate(urls, 1)]
+        for ch in channels:
+            if not ch.known:  # (no try would ever deliver there: said once, left out)
+                warn({"notify": "unknown", "channel": ch.name, "error": ch.send("", "")})
+        self.channels = [ch for ch in channels if ch.known]
         self.thread = threading.Thread(target=self._deliver, name="muxhost-notify", daemon=True)
         self.thread.start()
 
@@ -359,6 +363,8 @@ def warning_line(w: dict[str, Any]) -> str:
     """A notifier warning as the line the watch prints on stderr."""
     if w["notify"] in ("missing", "error"):
         return f"muxhost: warning: notify: {w['error']}"
+    if w["notify"] == "unknown":
+        return f"muxhost: warning: notify: channel {w['channel']}: {w['error']}: left out"
     if w["notify"] == "gave up":
         return (f"muxhost: warning: notify: channel {w['channel']}: gave up after {w['tries']} tries: "
                 f"{w['dropped']} notification(s) not delivered ({w['error']})")

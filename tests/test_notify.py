@@ -289,6 +289,22 @@ def test_messages_pending_on_a_channel_are_coalesced_and_given_up_with_a_line(si
         n.close()
 
 
+def test_a_url_apprise_does_not_know_is_said_once_and_left_out(sink):
+    warnings = []
+    n = notify.Notifier(["nosuchscheme://secret-token/x", sink.url], list(NOTIFY_EVENTS), 0.0, 600.0,
+                        warnings.append, host="h")
+    try:
+        assert [notify.warning_line(w) for w in warnings] == [
+            "muxhost: warning: notify: channel #1 nosuchscheme: not a URL apprise knows "
+            "(see https://github.com/caronc/apprise/wiki): left out"]
+        n.queue.put([notify.Event("waiting", "r1", "one", "demo", "h", time.time(), 0.0)])
+        assert [p["title"] for p in sink.wait(1)] == ["muxhost: one is waiting for you"]
+        time.sleep(0.2)
+        assert len(warnings) == 1
+    finally:
+        n.close()
+
+
 def test_a_channel_is_named_without_its_secrets():
     assert notify.channel_name(1, "json://127.0.0.1:8080/hook") == "#1 json 127.0.0.1"
     assert notify.channel_name(2, "tgram://123456789:AAHsecret/555") == "#2 tgram"
