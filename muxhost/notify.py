@@ -256,18 +256,16 @@ class Notifier:
             self.busy_since.pop(rec.id, None)
             status = self._failed(change, statuses)
             return event("failed", now - rec.launched_at, detail=status) if status else None
-        if new in ("working", "stalled"):
-            if old not in ("working", "stalled"):
-                self.busy_since[rec.id] = change.since
-        busy = self.busy_since.pop(rec.id, None) if new not in ("working", "stalled") else None
+        if new in ("working", "stalled"):  # (a turn: from its first work to idle, a question in it included)
+            self.busy_since.setdefault(rec.id, change.since)
+        busy = self.busy_since.pop(rec.id, None) if new == "idle" else None
         if not change.alert:  # (the first pass sets the scene: what holds already is no news)
             return None
         if new == "waiting":
             return event("waiting", now - change.since)
         if new == "stalled":
             return event("stalled", now - change.since + self.stall_after)
-        if new == "idle" and old in ("working", "stalled") and busy is not None \
-                and change.since - busy >= self.done_after:
+        if new == "idle" and busy is not None and change.since - busy >= self.done_after:
             return event("done", change.since - busy)
         return None
 

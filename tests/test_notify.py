@@ -189,6 +189,23 @@ def test_an_exit_with_status_0_and_short_work_tell_nothing(host, tmp_path, sink,
     assert sink.tries == 0
 
 
+def test_a_turn_with_a_question_in_it_is_done_when_idle_after_done_after(host, tmp_path, sink, watches):
+    warnings = []
+    [lv] = agents(host, tmp_path, 1, "idle")
+    w = watch_with(host, sink, warnings, done_after=0.5)
+    watches.append(w)
+    w.step()
+    for state in ("working", "waiting", "working"):
+        set_state([lv], state)
+        w.step()
+    time.sleep(0.6)  # (the turn, from its first work: longer than done_after)
+    set_state([lv], "idle")
+    w.step()
+    posts = sink.wait(2)
+    assert [p["title"] for p in posts] == ["muxhost: agent0 is waiting for you", "muxhost: agent0 is done"]
+    assert warnings == []
+
+
 def test_a_hundred_agents_changing_in_one_pass_make_one_message(host, tmp_path, sink, watches, monkeypatch):
     monkeypatch.setattr("muxhost.launching.UP_SETTLE", 0.0)  # (100 launches: no moment after each first screen)
     lives = agents(host, tmp_path, 100, "working")
