@@ -195,12 +195,12 @@ def test_a_turn_with_a_question_in_it_is_done_when_idle_after_done_after(host, t
     w = watch_with(host, sink, warnings, done_after=0.5)
     watches.append(w)
     w.step()
-    for state in ("working", "waiting", "working"):
+    set_state([lv], "working")
+    w.step()
+    time.sleep(0.6)  # (the turn, from its first work: longer than done_after; its last stretch shorter)
+    for state in ("waiting", "working", "idle"):
         set_state([lv], state)
         w.step()
-    time.sleep(0.6)  # (the turn, from its first work: longer than done_after)
-    set_state([lv], "idle")
-    w.step()
     posts = sink.wait(2)
     assert [p["title"] for p in posts] == ["muxhost: agent0 is waiting for you", "muxhost: agent0 is done"]
     assert warnings == []
