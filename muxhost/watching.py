@@ -12,8 +12,9 @@ Nothing is written when nothing changed; a change is published in one round trip
 ``muxhost tmux-bindings``) and ``@muxhost_watch`` (this process, so ``ls`` knows the values are
 live). Each change also goes to the hook ``muxhost_activity_changed`` and to the caller's ``emit``;
 an agent that starts waiting gets the backend's alert (tmux: a message and the bell) unless
-``watch.alert`` is false. With ``watch.sleep_after`` (seconds), an agent idle that long, with nobody
-typing into its session meanwhile, is put to sleep (``muxhost sleep``).
+``watch.alert`` is false. With ``notify.urls``, each pass's changes go to :mod:`muxhost.notify` (it
+only enqueues; a worker thread sends). With ``watch.sleep_after`` (seconds), an agent idle that long,
+with nobody typing into its session meanwhile, is put to sleep (``muxhost sleep``).
 
 A second watch for the same server is refused (exit 4) naming the first one's pid: the lock file
 ``<state dir>/locks/watch-<server>.lock`` is held (``flock``) for the watch's life, labelled with
