@@ -45,6 +45,7 @@ COMMANDS = {
     "rm": "forget a stopped record and remove the git worktree muxhost made for it",
     "hosts": "remote hosts reached over ssh: add, rm, ls",
     "ui": "the dashboard: every agent live, a preview, a key for each command (docs/ui.md)",
+    "notify": "the watch's notifications (notify.urls): `notify test` sends one to every channel",
 }
 CORE_COMMANDS = tuple(COMMANDS)
 
