@@ -52,6 +52,7 @@ SCHEMA: dict[str, Any] = {
     # `launch --worktree NAME`: worktrees go to ROOT/<repo folder>-<NAME> (default ROOT: the repo's
     # parent folder; `~` expanded; a relative ROOT is taken from the repo's top-level folder)
     "worktree": {"root": _STR},
+    "purge": {"archive": _BOOL},  # purge into an archive by default (`purge --no-archive` for one without)
     "hosts": _ANY_MAP,        # remote hosts over ssh: checked by muxhost.remote.hosts (docs/remote.md)
 }
 
@@ -89,6 +90,11 @@ class Config:
         """A ``watch:`` setting, else its default (:data:`WATCH_DEFAULTS`)."""
         value = (self.data.get("watch") or {}).get(key)
         return WATCH_DEFAULTS[key] if value is None else value
+
+    @property
+    def purge_archive(self) -> bool:
+        """``purge.archive``: every purge keeps an archive first (default false)."""
+        return bool((self.data.get("purge") or {}).get("archive", False))
 
     @property
     def socket_name(self) -> str | None:

@@ -15,6 +15,7 @@ Each operation is a module with its own object, given the core and the operation
 - :mod:`muxhost.launching` (``Launching``): launch, resume — refusals → locks → the pane;
 - :mod:`muxhost.purging` (``Purging``): **purge** — refusals (in use) → the plan (:mod:`muxhost.plans`)
   → veto → carried out, under the conversation's lock; ``--stop``: the ladder first;
+- :mod:`muxhost.unpurging` (``Unpurging``): **unpurge** a purge archive (:mod:`muxhost.archive`), and ``archives``;
 - :mod:`muxhost.sleeping` (``Sleeping``): sleep (the ladder, keeping the pane) and wake (resume);
 - :mod:`muxhost.restoring` (``Restoring``): restore after the pane server died;
 - :mod:`muxhost.fleet` (``Scripting``): send, read; ``wait`` is :meth:`Host.wait`, over :class:`muxhost.passes.Poller`;
@@ -47,6 +48,7 @@ from muxhost.restoring import Restoring
 from muxhost.sleeping import Sleeping
 from muxhost.state import STARTING_GRACE, Live, Located, State, View
 from muxhost.store import Record, Store
+from muxhost.unpurging import Unpurging
 from muxhost.watching import WatchOps
 from muxhost.worktrees import Removal
 
@@ -75,6 +77,7 @@ class Host:
         self.restoring = Restoring(core, self.state, self.locks, self.launching, self.sleeping)
         self.scripting = Scripting(core, self.state)
         self.removal = Removal(core, self.state, self.locks, self.refusals, self.purging)
+        self.unpurging = Unpurging(core, self.locks, self.refusals, self.launching)
         self.watching = WatchOps(self)
 
     # -- what every operation shares (muxhost.core) ------------------------------------------------
@@ -205,13 +208,20 @@ class Host:
     def purge(self, *, rec: Record | None = None, agent_name: str | None = None,
               conversation_id: str | None = None, home: str | None = None, dry_run: bool = False,
               stop: bool = False, confirm: Callable[[PurgeReport], bool] | None = None,
-              ctx: AgentContext | None = None, confirmed: str | None = None) -> PurgeReport:
+              ctx: AgentContext | None = None, confirmed: str | None = None,
+              archive: bool | None = None) -> PurgeReport:
         return self.purging.purge(rec=rec, agent_name=agent_name, conversation_id=conversation_id, home=home,
-                                  dry_run=dry_run, stop=stop, confirm=confirm, ctx=ctx, confirmed=confirmed)
+                                  dry_run=dry_run, stop=stop, confirm=confirm, ctx=ctx, confirmed=confirmed,
+                                  archive=archive)
 
     def purge_pane(self, pane_id: str, *, dry_run: bool = False, stop: bool = False,
-                   confirm: Callable[[PurgeReport], bool] | None = None, confirmed: str | None = None) -> PurgeReport:
-        return self.purging.purge_pane(pane_id, dry_run=dry_run, stop=stop, confirm=confirm, confirmed=confirmed)
+                   confirm: Callable[[PurgeReport], bool] | None = None, confirmed: str | None = None,
+                   archive: bool | None = None) -> PurgeReport:
+        return self.purging.purge_pane(pane_id, dry_run=dry_run, stop=stop, confirm=confirm, confirmed=confirmed,
+                                       archive=archive)
+
+    def unpurge(self, ref: str, dry_run: bool = False) -> dict[str, Any]:
+        return self.unpurging.unpurge(ref, dry_run)
 
     def rm(self, rec: Record, *, purge: bool = False, force: bool = False) -> dict[str, Any]:
         return self.removal.rm(rec, purge=purge, force=force)
