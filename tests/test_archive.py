@@ -272,3 +272,72 @@ def test_archives_ls_show_rm_prune(host):
     assert host.unpurging.prune(3600) == []
     assert host.unpurging.prune(0, dry_run=True) == [str(path)] and path.exists()
     assert host.unpurging.rm(row["name"]) == str(path) and not path.exists()
+
+
+# -- the CLI, with the demo agent in real panes ----------------------------------------------------
+def demo_conversation(mux, work: Path, text: str, child: str | None = None) -> dict:
+    rec = mux.ok("launch", "demo", "--cwd", str(work), "--json")
+    mux.wait_screen(rec["pane"], "demo>")
+    mux.type(rec["pane"], text)
+    mux.wait_screen(rec["pane"], text[::-1])
+    if child:
+        mux.type(rec["pane"], f"/child {child}")
+        mux.wait_screen(rec["pane"], "child conversation")
+    return mux.ok("stop", rec["id"], "--json")
+
+
+def one_line(r, code: int, needle: str) -> None:
+    assert r.rc == code, (r.rc, r.out, r.err)
+    assert r.err.startswith("muxhost: ") and r.err.count("\n") == 1 and needle in r.err, r.err
+
+
+def test_the_cli_archives_unpurges_and_the_conversation_resumes(mux, tmp_path):
+    work = tmp_path / "proj"
+    work.mkdir()
+    rec = demo_conversation(mux, work, "remember the tulips", child="kid words")
+    root = mux.home / ".local/share/muxhost-demo"
+    before = tree_hash(root)
+    r = mux.run("purge", rec["id"], "--archive", "--yes")
+    assert r.rc == 0 and "archived to " in r.out and "muxhost unpurge " in r.out, r.out
+    assert not holding(root, "remember the tulips", "kid words")
+    [row] = mux.ok("archives", "--json")
+    name = row["name"]
+    assert row["agent"] == "demo" and row["conversation_id"] == rec["conversation_id"] and len(row["members"]) == 2
+    assert name in mux.ok("archives") and "every sum matches" in mux.ok("archives", "show", name[:15])
+
+    dry = mux.ok("unpurge", name, "--dry-run", "--json")
+    assert dry["dry_run"] is True and len(dry["restored"]) == 3 and not holding(root, "remember the tulips")
+    out = mux.ok("unpurge", name)
+    assert out.startswith(f"restored demo conversation {rec['conversation_id']}") and out.count("\n  + ") == 3
+    assert tree_hash(root) == before, "unpurge did not bring every byte back"
+    assert mux.ok("ls", "--all", "--json")[0]["resumable"] is True
+
+    resumed = mux.ok("resume", rec["id"], "--json")
+    assert resumed["conversation_id"] == rec["conversation_id"]
+    mux.wait_screen(resumed["pane"], f"resumed conversation {rec['conversation_id']}")
+    mux.type(resumed["pane"], "and the roses")
+    mux.wait_screen(resumed["pane"], "sesor eht dna")
+    conv = (root / "conversations" / f"{rec['conversation_id']}.jsonl").read_text()
+    assert "remember the tulips" in conv and "and the roses" in conv
+    mux.ok("stop", rec["id"])
+
+    one_line(mux.run("unpurge", "nosuch"), 3, "no archive 'nosuch'")
+    one_line(mux.run("archives", "show"), 2, "needs an archive")
+    one_line(mux.run("archives", "prune"), 2, "--older-than")
+    one_line(mux.run("archives", "prune", "--older-than", "soon"), 2, "--older-than 'soon'")
+    path = Path(row["path"])
+    path.write_bytes(path.read_bytes().replace(b"remember the tulips", b"remember the weeds!"))
+    one_line(mux.run("unpurge", name), 4, "does not match its sha256")
+    assert mux.ok("archives", "rm", name) == f"removed {path}\n" and mux.ok("archives", "--json") == []
+
+
+def test_config_purge_archive_is_the_default_and_no_archive_overrides_it(mux, tmp_path):
+    work = tmp_path / "proj"
+    work.mkdir()
+    mux.config.write_text("purge:\n  archive: true\n")
+    a = demo_conversation(mux, work, "first one")
+    b = demo_conversation(mux, work, "second one")
+    assert mux.ok("purge", a["id"], "--yes", "--json")["archive"]
+    assert mux.ok("purge", b["id"], "--yes", "--no-archive", "--json")["archive"] is None
+    assert [r["conversation_id"] for r in mux.ok("archives", "--json")] == [a["conversation_id"]]
+    one_line(mux.run("purge", b["id"], "--archive", "--no-archive", "--yes"), 2, "not allowed with")
