@@ -220,8 +220,12 @@ def test_unpurge_refuses_what_stands_in_the_way_and_restores_nothing(host):
 def test_lines_whose_neighbours_changed_are_refused_as_ambiguous(host):
     d = world(host)
     path = host.purge(agent_name="keeper", conversation_id="c1", archive=True).archive
-    (d / "history.jsonl").write_text('{"conv": "n1", "text": "rewritten"}\n' * 2)
-    with pytest.raises(Refused, match="ambiguous"):
+    between, n1, _ = (d / "history.jsonl").read_bytes().splitlines(keepends=True)  # the neighbour's 3 lines
+    (d / "history.jsonl").write_bytes(b"".join([between, b"{}\n", between, n1, between, n1]))
+    with pytest.raises(Refused, match="2 places fit"):  # between, then n1: twice, and not where they were
+        host.unpurge(path)
+    (d / "history.jsonl").write_bytes(b"{}\n")
+    with pytest.raises(Refused, match="no places fit"):
         host.unpurge(path)
     assert not (d / "conv/c1.jsonl").exists()
 
