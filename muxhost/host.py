@@ -48,7 +48,6 @@ from muxhost.restoring import Restoring
 from muxhost.sleeping import Sleeping
 from muxhost.state import STARTING_GRACE, Live, Located, State, View
 from muxhost.store import Record, Store
-from muxhost.unpurging import Unpurging
 from muxhost.watching import WatchOps
 from muxhost.worktrees import Removal
 
@@ -77,7 +76,7 @@ class Host:
         self.restoring = Restoring(core, self.state, self.locks, self.launching, self.sleeping)
         self.scripting = Scripting(core, self.state)
         self.removal = Removal(core, self.state, self.locks, self.refusals, self.purging)
-        self.unpurging = Unpurging(core, self.locks, self.refusals, self.launching)
+        self._unpurging = None
         self.watching = WatchOps(self)
 
     # -- what every operation shares (muxhost.core) ------------------------------------------------
@@ -219,6 +218,15 @@ class Host:
                    archive: bool | None = None) -> PurgeReport:
         return self.purging.purge_pane(pane_id, dry_run=dry_run, stop=stop, confirm=confirm, confirmed=confirmed,
                                        archive=archive)
+
+    @property
+    def unpurging(self):
+        """``unpurge`` and ``archives`` (:mod:`muxhost.unpurging`, imported when first used: start-up)."""
+        if self._unpurging is None:
+            from muxhost.unpurging import Unpurging
+
+            self._unpurging = Unpurging(self.core, self.locks, self.refusals, self.launching)
+        return self._unpurging
 
     def unpurge(self, ref: str, dry_run: bool = False) -> dict[str, Any]:
         return self.unpurging.unpurge(ref, dry_run)
