@@ -173,7 +173,8 @@ class Writer:
 
         dfd = fsutil.open_dir(os.path.dirname(path), group[0].extra.get("folder"))
         try:
-            fd = os.open(os.path.basename(path), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0), dir_fd=dfd)
+            fd = os.open(os.path.basename(path), os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                         dir_fd=dfd)
         finally:
             os.close(dfd)
         with os.fdopen(fd, "rb") as f:
@@ -252,7 +253,12 @@ def _lock_of(group: list[Item]) -> dict | None:
 def refuse_unnamed_commands(items: list[Item]) -> None:
     """A Command (the agent's own delete) is archived through what the plan names beside it: a
     conversation whose plan has a Command but no File, Dir or Rows of its own is refused (exit 4):
-    the archive would hold less than is removed."""
+    the archive would hold less than is removed. So is an older plugin's plan of strings (its own
+    ``purge`` removes what it likes)."""
+    if any(i.artifact.kind == "legacy" for i in items):
+        raise Refused("cannot archive: this agent's plugin removes its conversations with its own code (its "
+                      "plan is strings, not typed artifacts), so what goes cannot be known first; nothing was "
+                      "removed (purge without --archive)")
     named = {i.conversation for i in items if isinstance(i.artifact, (File, Dir, Rows))}
     for i in items:
         if isinstance(i.artifact, Command) and i.conversation not in named:

@@ -49,10 +49,28 @@ class Keeper(Agent):
         return ([Command(["true"])] if self.command else []) + out
 
 
+class Old(Agent):
+    """An older plugin: its plan is strings, its own ``purge`` removes them."""
+
+    name = "old"
+    id_pattern = r"[a-z0-9]{1,16}"
+
+    def artifacts(self, ctx, cid):
+        f = Path(ctx.home) / f"old-{cid}.txt"
+        return [str(f)] if f.exists() else []
+
+    def in_use(self, ctx, cid):
+        return []
+
+    def purge(self, ctx, cid):
+        os.unlink(Path(ctx.home) / f"old-{cid}.txt")
+        return [f"old-{cid}.txt"]
+
+
 @pytest.fixture
 def host_agents():
     Keeper.holders, Keeper.command = [], False
-    return [Keeper()]
+    return [Keeper(), Old()]
 
 
 def world(host) -> Path:
@@ -262,6 +280,15 @@ def test_a_command_whose_effect_the_plan_does_not_name_is_refused(host):
     with pytest.raises(Refused, match="names none of the files or rows"):
         host.purge(agent_name="keeper", conversation_id="c1", archive=True)
     assert files(d) == before and os.listdir(archive.folder(host.store.path)) == []
+
+
+def test_an_older_plugins_own_purge_is_refused_with_an_archive(host):
+    f = Path(os.environ["HOME"]) / "old-c1.txt"
+    f.write_text("old words\n")
+    with pytest.raises(Refused, match="its own code"):
+        host.purge(agent_name="old", conversation_id="c1", archive=True)
+    assert f.read_text() == "old words\n" and host.unpurging.archives() == []
+    assert host.purge(agent_name="old", conversation_id="c1").residual == [] and not f.exists()
 
 
 def test_archives_ls_show_rm_prune(host):
