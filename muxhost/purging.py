@@ -74,13 +74,14 @@ class Purging:
             else:
                 h, env = self.launching.agent_env(dict(os.environ), home, agent.name)
                 ctx = AgentContext(home=h, env=env, cwd=os.getcwd(), config=self.core.config.agent(agent.name))
+        archive = self.core.config.purge_archive if archive is None else archive
         if dry_run:
-            return self._purge(agent, ctx, conversation_id, rec, dry_run=True, stop=stop, view=view)
+            return self._purge(agent, ctx, conversation_id, rec, dry_run=True, stop=stop, view=view, archive=archive)
         # held from the in-use check until the residual is read: a resume or launch of this
         # conversation (and a second purge) that comes meanwhile waits briefly, then is refused
         with self.locks.conversation(agent.name, conversation_id, "purge"):
             report = self._purge(agent, ctx, conversation_id, rec, stop=stop, confirm=confirm, view=view,
-                                 archive=self.core.config.purge_archive if archive is None else archive)
+                                 archive=archive)
         if rec is not None and rec.state == "asleep" and rec.conversation_id == conversation_id and not report.residual:
             self.ladder.stop(rec)  # nothing left to wake: its stub goes too
         return report
@@ -122,6 +123,8 @@ class Purging:
                 report.refused = None if reason is None else f"purge vetoed: {reason}"
             if runs:
                 ctx.notes.append(f"with --stop, record {rec.id} ({rec.name}) is stopped first")
+            if archive:
+                self._archivable(items, report, ctx)
             report.dry_run = True
             report.notes = list(ctx.notes)
             return report
@@ -156,6 +159,18 @@ class Purging:
         report.notes = list(ctx.notes)
         purged(agent=agent.name, conversation_id=conversation_id, report=report.to_dict())
         return report
+
+    @staticmethod
+    def _archivable(items: list, report: PurgeReport, ctx: AgentContext) -> None:
+        """A dry run with an archive: why archiving would be refused, else a note that it comes first."""
+        from muxhost import archive
+
+        try:
+            archive.refuse_unnamed_commands(items)
+        except Refused as e:
+            report.refused = report.refused or str(e)
+        else:
+            ctx.notes.append("with --archive, what goes is archived first (`muxhost unpurge` puts it back)")
 
     def _archive(self, agent: Agent, ctx: AgentContext, conversation_id: str, members: list[str], items: list) -> str:
         """The archive of the checked plan ``items``, written and fsynced; when an earlier archive of

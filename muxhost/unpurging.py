@@ -286,7 +286,14 @@ class Unpurging:
         return {"name": arc.path.name, "path": str(arc.path), **arc.manifest}
 
     def rm(self, ref: str) -> str:
+        """Remove one archive: a file named ``*.muxarchive`` with a manifest, never any other file."""
         path = self.resolve(ref)
+        try:
+            arc_mod.manifest_of(path)
+        except Exception as e:
+            raise Refused(f"{path} is no muxhost archive ({e}); left as it is") from None
+        if not path.name.endswith(arc_mod.SUFFIX):
+            raise Refused(f"{path} is not named *{arc_mod.SUFFIX}; left as it is")
         os.unlink(path)
         return str(path)
 

@@ -277,6 +277,8 @@ def test_a_command_whose_effect_the_plan_does_not_name_is_refused(host):
     con.commit()
     con.close()
     before = files(d)
+    dry = host.purge(agent_name="keeper", conversation_id="c1", archive=True, dry_run=True)
+    assert "names none of the files or rows" in dry.refused
     with pytest.raises(Refused, match="names none of the files or rows"):
         host.purge(agent_name="keeper", conversation_id="c1", archive=True)
     assert files(d) == before and os.listdir(archive.folder(host.store.path)) == []
@@ -302,6 +304,11 @@ def test_archives_ls_show_rm_prune(host):
         assert tar.getnames()[-2:] == ["manifest.json", "manifest.sha256"]
     assert host.unpurging.prune(3600) == []
     assert host.unpurging.prune(0, dry_run=True) == [str(path)] and path.exists()
+    other = Path(os.environ["HOME"]) / "notes.txt"
+    other.write_text("mine\n")
+    with pytest.raises(Refused, match="no muxhost archive"):
+        host.unpurging.rm(str(other))
+    assert other.exists()
     assert host.unpurging.rm(row["name"]) == str(path) and not path.exists()
 
 
@@ -328,6 +335,7 @@ def test_the_cli_archives_unpurges_and_the_conversation_resumes(mux, tmp_path):
     rec = demo_conversation(mux, work, "remember the tulips", child="kid words")
     root = mux.home / ".local/share/muxhost-demo"
     before = tree_hash(root)
+    assert "what goes is archived first" in mux.ok("purge", rec["id"], "--dry-run", "--archive")
     r = mux.run("purge", rec["id"], "--archive", "--yes")
     assert r.rc == 0 and "archived to " in r.out and "muxhost unpurge " in r.out, r.out
     assert not holding(root, "remember the tulips", "kid words")
