@@ -284,6 +284,7 @@ def write(where: Path, items: list[Item], head: dict) -> Path:
     while os.path.lexists(where / name):
         n += 1
         name = f"{base}-{n}{SUFFIX}"
+    _sweep(where)
     tmp = where / f".{name}.{os.getpid()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
@@ -291,6 +292,7 @@ def write(where: Path, items: list[Item], head: dict) -> Path:
             with tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tar:
                 w = Writer(tar)
                 _add_all(w, items)
+                _pause("writing")
                 manifest = {"format": FORMAT, "muxhost": _version(), **head,
                             "created": _dt.datetime.fromtimestamp(now, _dt.timezone.utc).isoformat(timespec="seconds"),
                             "items": w.items}
@@ -305,6 +307,7 @@ def write(where: Path, items: list[Item], head: dict) -> Path:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+        _pause("written")
     except BaseException as e:
         try:
             os.unlink(tmp)
@@ -317,6 +320,31 @@ def write(where: Path, items: list[Item], head: dict) -> Path:
             raise MuxhostError(f"could not write the archive in {where}: {why}; nothing was removed") from None
         raise
     return where / name
+
+
+def _pause(step: str) -> None:
+    """Test hook: ``MUXHOST_TEST_ARCHIVE_PAUSE=<step>`` (``writing``, ``written``) stops a purge there,
+    for a kill -9."""
+    if os.environ.get("MUXHOST_TEST_ARCHIVE_PAUSE") == step:
+        os.write(1, f"paused {step}\n".encode())
+        time.sleep(600)
+
+
+def _sweep(where: Path) -> None:
+    """Remove the temp files of archives whose writer died (a kill while it wrote): never a live one's."""
+    for n in os.listdir(where):
+        m = re.fullmatch(r"\..+\.(\d+)\.tmp", n)
+        if not m or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            try:
+                os.unlink(where / n)
+            except FileNotFoundError:
+                pass
+        except OSError:
+            pass  # (another user's pid: alive)
 
 
 def _add_all(w: Writer, items: list[Item]) -> None:

@@ -7,8 +7,12 @@ and every guard refuses with nothing changed."""
 import errno
 import json
 import os
+import select
+import signal
 import sqlite3
 import stat
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -380,3 +384,36 @@ def test_config_purge_archive_is_the_default_and_no_archive_overrides_it(mux, tm
     assert mux.ok("purge", b["id"], "--yes", "--no-archive", "--json")["archive"] is None
     assert [r["conversation_id"] for r in mux.ok("archives", "--json")] == [a["conversation_id"]]
     one_line(mux.run("purge", b["id"], "--archive", "--no-archive", "--yes"), 2, "not allowed with")
+
+
+@pytest.mark.parametrize("step", ["writing", "written"])
+def test_a_kill_9_while_archiving_or_right_after_leaves_everything_and_a_second_purge_completes(mux, tmp_path, step):
+    work = tmp_path / "proj"
+    work.mkdir()
+    rec = demo_conversation(mux, work, "kill me softly", child="and my child")
+    root = mux.home / ".local/share/muxhost-demo"
+    before = tree_hash(root)
+    env = {**mux.env, "MUXHOST_TEST_ARCHIVE_PAUSE": step}
+    p = subprocess.Popen([sys.executable, "-m", "muxhost", "purge", rec["id"], "--archive", "--yes"],
+                         stdout=subprocess.PIPE, env=env, cwd=str(mux.home))
+    try:
+        ready, _, _ = select.select([p.stdout], [], [], 30)
+        assert (p.stdout.readline().decode() if ready else "") == f"paused {step}\n"
+    finally:
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        p.stdout.close()
+    assert tree_hash(root) == before, "the purge removed something before it was killed"
+    folder = mux.state_dir / "archive"
+    kept = mux.ok("archives", "--json")
+    if step == "written":  # the archive is whole: unpurge finds everything still in place
+        assert len(kept) == 1 and mux.ok("unpurge", kept[0]["name"], "--json")["restored"] == []
+    else:
+        assert kept == [] and len(os.listdir(folder)) == 1  # its temp file, swept by the next purge
+    report = mux.ok("purge", rec["id"], "--archive", "--yes", "--json")
+    assert report["residual"] == [] and not holding(root, "kill me softly", "and my child")
+    assert sorted(os.listdir(folder)) == [Path(report["archive"]).name]
+    if step == "written":
+        assert report["archive"] == kept[0]["path"] and any("earlier archive" in n for n in report["notes"])
+    mux.ok("unpurge", Path(report["archive"]).name)
+    assert tree_hash(root) == before
