@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from muxhost import fsutil
-from muxhost.artifacts import Command, Dir, File, FlockFile, Item, JsonMember, Leftover, Lines, MkdirLock, Rows
+from muxhost.artifacts import Command, Dir, File, FlockFile, Item, JsonMember, Lines, MkdirLock, Rows
 from muxhost.errors import MuxhostError, NotFound, Refused, UsageError
 
 FORMAT = 1
@@ -113,6 +113,9 @@ class Writer:
                 size = os.fstat(fd).st_size
                 entry["member"], entry["sha256"] = self._member(f=f, size=size, mode=entry["mode"],
                                                                 mtime=st.st_mtime)
+                now = os.fstat(fd)
+                if (now.st_size, now.st_mtime_ns) != (size, st.st_mtime_ns) or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+                    raise OSError(f"{rel if rel != '.' else name} changed while it was archived")
             entry["type"] = "file"
         else:
             raise OSError(f"{rel or name} is neither a file, a folder nor a link: it cannot be archived")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from muxhost import archive as arc_mod
 from muxhost.agent import AgentContext
-from muxhost.errors import MuxhostError, NotFound, Refused, UsageError
+from muxhost.errors import MuxhostError, Refused
 
 if TYPE_CHECKING:
     from muxhost.archive import Archive
@@ -157,7 +157,11 @@ class Unpurging:
                                   f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}; nothing was restored")
                 todo = [it for it, (state, _) in judged if state == "restore"]
                 if not dry_run:
-                    self._restore(arc, todo)
+                    try:
+                        self._restore(arc, todo)
+                    except OSError as e:  # (a full disk): what came back stays, a second unpurge finishes
+                        raise MuxhostError(f"unpurge of {arc.path.name} stopped: {e.strerror or e}; what came "
+                                           "back stays, and `muxhost unpurge` again finishes it") from None
             return {"archive": str(arc.path), "agent": agent.name, "conversation_id": m["conversation"],
                     "home": m.get("home"), "dry_run": dry_run, "restored": [it["label"] for it in todo],
                     "in_place": [it["label"] for it, (state, _) in judged if state == "same"]}
