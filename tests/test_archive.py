@@ -417,3 +417,26 @@ def test_a_kill_9_while_archiving_or_right_after_leaves_everything_and_a_second_
         assert report["archive"] == kept[0]["path"] and any("earlier archive" in n for n in report["notes"])
     mux.ok("unpurge", Path(report["archive"]).name)
     assert tree_hash(root) == before
+
+
+def test_an_empty_archive_folder_lists_nothing_and_names_what_to_do(host):
+    assert host.unpurging.archives() == []
+    with pytest.raises(MuxhostError, match="no archive 'x'.*muxhost archives"):
+        host.unpurge("x")
+
+
+def test_a_json_member_comes_back_as_text_where_it_was_else_in_a_document_written_again():
+    from muxhost.unpurging import put_member
+
+    doc = b'{\n  "a": 1,\n  "last": {\n    "p1": "c1",\n    "p2": "n1"\n  }\n}\n'
+    after = plans.drop_member(doc, ("last", "p1"), "c1")
+    p = next(i for i in range(len(doc)) if doc[i] != after[i])
+    cut = doc[p:p + len(doc) - len(after)]
+    saved = {"value": "c1", "offset": p, "fragment": archive.b64(cut), "textual": True,
+             "before": archive.b64(doc[max(0, p - 80):p]), "after": archive.b64(after[p:p + 80])}
+    assert put_member(after, ["last", "p1"], saved) == doc  # byte for byte
+    assert put_member(doc, ["last", "p1"], saved) == doc  # there already: unchanged
+    moved = b'{"last": {"p2": "n1"}, "a": 1}'  # rewritten since: its text has no place any more
+    assert json.loads(put_member(moved, ["last", "p1"], saved)) == {"last": {"p2": "n1", "p1": "c1"}, "a": 1}
+    with pytest.raises(ValueError, match="another value"):
+        put_member(b'{"last": {"p1": "c9"}}', ["last", "p1"], saved)
