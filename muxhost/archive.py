@@ -381,11 +381,21 @@ class Archive:
     manifest: dict
     tar: tarfile.TarFile
 
-    def read(self, member: str) -> bytes:
+    def open(self, member: str):
+        """A payload as a file to read (never all in memory: a transcript may be gigabytes)."""
         f = self.tar.extractfile(member)
         if f is None:
             raise MuxhostError(f"{self.path}: {member} is not a file in the archive")
-        return f.read()
+        return f
+
+    def read(self, member: str) -> bytes:
+        return self.open(member).read()
+
+    def sha256(self, member: str) -> str:
+        h, f = hashlib.sha256(), self.open(member)
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+        return h.hexdigest()
 
     def json(self, member: str) -> Any:
         return json.loads(self.read(member))
@@ -448,7 +458,7 @@ def load(path: str | os.PathLike) -> Archive:
             raise UsageError(f"{path}: archive format {arc.manifest.get('format')!r}; this muxhost reads {FORMAT}")
         for it in arc.manifest["items"]:
             for e in it.get("entries") or [it]:
-                if e.get("member") and hashlib.sha256(arc.read(e["member"])).hexdigest() != e["sha256"]:
+                if e.get("member") and arc.sha256(e["member"]) != e["sha256"]:
                     raise Refused(f"{path}: {_place(it, e)} does not match its sha256 in the manifest (the "
                                   "archive was changed since it was written); nothing was restored")
         return arc

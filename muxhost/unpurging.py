@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import time
 from typing import TYPE_CHECKING, Any
@@ -378,7 +379,7 @@ def _put_tree(arc: "Archive", it: dict) -> None:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             try:
                 with os.fdopen(fd, "wb") as f:
-                    f.write(arc.read(e["member"]))
+                    shutil.copyfileobj(arc.open(e["member"]), f, 1 << 20)
                     os.fchmod(f.fileno(), e["mode"])
                     f.flush()
                     os.fsync(f.fileno())
