@@ -440,3 +440,14 @@ def test_a_json_member_comes_back_as_text_where_it_was_else_in_a_document_writte
     assert json.loads(put_member(moved, ["last", "p1"], saved)) == {"last": {"p2": "n1", "p1": "c1"}, "a": 1}
     with pytest.raises(ValueError, match="another value"):
         put_member(b'{"last": {"p1": "c9"}}', ["last", "p1"], saved)
+
+
+def test_an_archive_folder_others_can_write_is_refused_before_anything_goes(host):
+    d = world(host)
+    before = files(d)
+    folder = Path(host.store.path).parent / "archive"
+    folder.mkdir(mode=0o700)
+    os.chmod(folder, 0o777)
+    with pytest.raises(MuxhostError, match="writable by group or others") as e:
+        host.purge(agent_name="keeper", conversation_id="c1", archive=True)
+    assert e.value.exit_code == 1 and files(d) == before and os.listdir(folder) == []
