@@ -52,6 +52,7 @@ SCHEMA: dict[str, Any] = {
     # `launch --worktree NAME`: worktrees go to ROOT/<repo folder>-<NAME> (default ROOT: the repo's
     # parent folder; `~` expanded; a relative ROOT is taken from the repo's top-level folder)
     "worktree": {"root": _STR},
+    "purge": {"archive": _BOOL},  # purge into an archive by default (`purge --no-archive` for one without)
     "hosts": _ANY_MAP,        # remote hosts over ssh: checked by muxhost.remote.hosts (docs/remote.md)
     # the watch's notifications (muxhost.notify, the `notify` extra): apprise URLs, which changes,
     # and the working spell after which an agent idle again is `done`
@@ -99,6 +100,11 @@ class Config:
         """A ``notify:`` setting, else its default (:data:`NOTIFY_DEFAULTS`)."""
         value = (self.data.get("notify") or {}).get(key)
         return NOTIFY_DEFAULTS[key] if value is None else value
+
+    @property
+    def purge_archive(self) -> bool:
+        """``purge.archive``: every purge keeps an archive first (default false)."""
+        return bool((self.data.get("purge") or {}).get("archive", False))
 
     @property
     def socket_name(self) -> str | None:

@@ -33,6 +33,8 @@ COMMANDS = {
     "stop": "stop an agent: /exit, then kill-session, SIGTERM, SIGKILL of the whole tree",
     "resume": "resume the record's conversation in a new pane (same record)",
     "purge": "delete a conversation and its child conversations for good",
+    "unpurge": "put a purge archive back (`purge --archive` wrote it): files, rows, lines",
+    "archives": "the purge archives: ls, show A, rm A, prune --older-than D",
     "reconcile": "compare records with tmux and the process table; fix drift; say what changed",
     "plugins": "agents and backends, with their package, version and hooks",
     "watch": "watch what every agent does (working, waiting, idle, stalled) and publish it",
