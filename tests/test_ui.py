@@ -495,3 +495,42 @@ def test_end_to_end_in_a_tmux_pane(mux):
                  timeout=20, what="the dashboard gone")
     finally:
         client.close()
+
+
+# -- found by the user-level audit (rv-audit) -------------------------------------------------------
+def screen_text(app) -> str:
+    """What the terminal shows, as plain text lines (what `capture-pane` would read)."""
+    import re
+    from html import unescape
+
+    svg = app.export_screenshot()
+    lines: dict[str, list[str]] = {}
+    for y, text in re.findall(r'<text [^>]*y="([0-9.]+)"[^>]*>([^<]*)</text>', svg):
+        lines.setdefault(y, []).append(unescape(text).replace("\xa0", " "))
+    return "\n".join("".join(parts) for _, parts in sorted(lines.items(), key=lambda kv: float(kv[0])))
+
+
+def test_a_status_that_grows_in_place_is_drawn_whole(world):
+    """A row whose status text grows while the rows stay in the same order (``idle 0s`` then
+    ``asleep 12s``) is drawn whole: the column widens, the cell is not cut to ``asleep 1``."""
+    from rich.cells import cell_len
+
+    lv = world.host.launch("demo", cwd=str(world.tmp), name="grow")
+
+    async def go():
+        app = dashboard(world)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settled(pilot, "grow", "running")
+            await until(pilot, lambda: "idle" in app._drawn[0][0][0], what="idle drawn")
+            def other():  # another muxhost sleeps it: the same row, in the same order
+                host = world.make()
+                host.sleep_many([host.store.get(lv.rec.id)])
+
+            await asyncio.to_thread(other)
+            await until(pilot, lambda: app._drawn and app._drawn[0][0][0].startswith("z asleep"), what="asleep drawn")
+            table = app.query_one("#table")
+            shown = table.get_row(lv.rec.id)[0]
+            width = table.columns["status"].content_width
+            assert width >= cell_len(str(shown)), f"{str(shown)!r} cut to {width} cells"
+
+    run(go())

@@ -343,7 +343,8 @@ class Dashboard(App):
                 for key, new, old in zip(keys, cells, self._drawn):
                     for column, a, b in zip(COLUMNS, new, old):
                         if a != b:
-                            table.update_cell(key, column, Text(a[0], style=a[1]))
+                            # (the column widens when a cell grows: `idle 9s` -> `asleep 12s` is not cut)
+                            table.update_cell(key, column, Text(a[0], style=a[1]), update_width=True)
         else:
             keep = self.selected
             table.clear()
