@@ -534,3 +534,20 @@ def test_a_status_that_grows_in_place_is_drawn_whole(world):
             assert width >= cell_len(str(shown)), f"{str(shown)!r} cut to {width} cells"
 
     run(go())
+
+
+@pytest.mark.parametrize("rows", [24, 23])
+def test_the_launch_form_says_how_to_launch_at_80x24(world, rows):
+    """The launch form at 80×24 (and 80×23: a tmux window of 24 rows with its status line) shows its
+    hint (Enter launches, Esc cancels), not only the inputs."""
+
+    async def go():
+        app = dashboard(world)
+        async with app.run_test(size=(80, rows)) as pilot:
+            await until(pilot, lambda: app.looked_at, what="the first look")
+            await pilot.press("n")
+            await until(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the form")
+            await pilot.pause(0.3)
+            assert "Enter launches" in screen_text(app)
+
+    run(go())

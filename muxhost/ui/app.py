@@ -140,11 +140,12 @@ class LaunchScreen(ModalScreen[dict | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             yield Label("launch an agent", id="title")
+            # (above the inputs: below them it is cut off in 80×23, a tmux window with its status line)
+            yield Label("Enter launches, Tab moves, Esc cancels", classes="hint")
             yield Select([(a, a) for a in self.agents], value=self.agents[0], allow_blank=False, id="agent")
             yield Input(self.cwd, placeholder="folder", id="cwd")
             yield Input(placeholder="name (optional)", id="name")
             yield Input(placeholder="worktree: new branch name (optional)", id="worktree")
-            yield Label("Enter launches, Tab moves, Esc cancels", classes="hint")
 
     def on_mount(self) -> None:
         self.query_one("#cwd", Input).focus()
