@@ -551,3 +551,20 @@ def test_the_launch_form_says_how_to_launch_at_80x24(world, rows):
             assert "Enter launches" in screen_text(app)
 
     run(go())
+
+
+def test_rm_of_a_running_record_says_it_would_be_refused(world):
+    """`d` on a running record: the confirmation says rm would refuse it now (stop it first)."""
+    world.host.launch("demo", cwd=str(world.tmp), name="live")
+
+    async def go():
+        app = dashboard(world)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await select(pilot, "live")
+            await pilot.press("d")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation")
+            await pilot.pause(0.3)
+            assert "refused now: record" in screen_text(app) and "stop it first" in screen_text(app)
+            await pilot.press("n")
+
+    run(go())
