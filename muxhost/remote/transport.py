@@ -139,7 +139,7 @@ def ask(host, argv: list[str], timeout: float) -> Answer:
     except MuxhostError as e:
         return Answer(False, reason=str(e).partition(": ")[2])
     try:
-        out, err = proc.communicate(protocol.request(argv), timeout=timeout)
+        out, err = proc.communicate(protocol.request(argv, as_name=host.name), timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
@@ -235,7 +235,7 @@ def forward(host, argv: list[str], timeout: float = 5.0) -> int:
     reader.start()
     try:
         try:
-            proc.stdin.write(protocol.request(argv))
+            proc.stdin.write(protocol.request(argv, as_name=host.name))
             proc.stdin.close()
         except BrokenPipeError:
             pass
