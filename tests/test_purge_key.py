@@ -324,3 +324,12 @@ def test_the_lines_name_muxhosts_server_and_do_nothing_in_another(mux, tmp_path)
         subprocess.run([*tmux, "kill-server"], env=env, check=False)
     assert conv(mux, agent["conversation_id"]).read_bytes() == before
     assert mux.ok("show", agent["id"], "--json")["state"] == "running"
+
+
+def test_every_remove_line_names_the_private_server(mux):
+    """With a private socket, the line that removes each key (P, W, M) goes to that server:
+    `tmux unbind-key W` would unbind a key of the user's own server instead."""
+    told = [ln for ln in mux.ok("tmux-bindings").splitlines() if ln.startswith("#") and "unbind-key" in ln]
+    assert len(told) == 3, told
+    for line in told:
+        assert f"tmux -L {mux.socket} unbind-key" in line and "tmux unbind-key" not in line, line
