@@ -568,3 +568,20 @@ def test_rm_of_a_running_record_says_it_would_be_refused(world):
             await pilot.press("n")
 
     run(go())
+
+
+def test_the_footer_shows_every_key_at_80_columns(world):
+    """At 80 columns the footer shows every key it lists, the last ones (`? help`, `q quit`) too:
+    they were cut off at `? he`."""
+
+    async def go():
+        app = dashboard(world)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.looked_at, what="the first look")
+            await pilot.pause(0.3)
+            footer = screen_text(app).splitlines()[-1]
+            for key in ("i type", "n new", "s stop", "z sleep", "w wake", "r resume", "p purge", "d rm",
+                        "/ filter", "? help", "q quit"):
+                assert key in footer, footer
+
+    run(go())

@@ -239,7 +239,7 @@ class Dashboard(App):
                 yield Static(id="preview-text")
         yield Input(placeholder="filter: name, agent, folder, branch, state — Enter keeps it, Esc clears", id="filter")
         yield Static("starting…", id="status")
-        yield Footer()
+        yield Footer(compact=True)  # (every key fits 80 columns: `? help` and `q quit` were cut off)
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
