@@ -585,3 +585,25 @@ def test_the_footer_shows_every_key_at_80_columns(world):
                 assert key in footer, footer
 
     run(go())
+
+
+def test_a_plan_and_a_refusal_are_shown_as_text_never_as_markup(world):
+    """The purge plan's items (`… [child conversation ID]`) and a refusal that quotes a process's
+    command line (`python -c 'x[/]'`) are shown as they are: as Rich markup the children's labels
+    vanished, and a `[/]` in an argv ended the dashboard (MarkupError)."""
+    plan = ["~/c/1.jsonl", "~/c/2.jsonl [child conversation 2a]", "odd [bold]name[/bold] [/]"]
+    refused = "conversation 1 is in use: pid 7 python -c 'x[/]'"
+
+    async def go():
+        app = dashboard(world)
+        async with app.run_test(size=(120, 30)) as pilot:
+            await until(pilot, lambda: app.looked_at, what="the first look")
+            app.push_screen(ConfirmScreen("purge demo conversation 1 of [x] for good?", plan, refused))
+            await pilot.pause(0.5)
+            text = screen_text(app)
+            assert app.is_running
+            for shown in ("[child conversation 2a]", "odd [bold]name[/bold] [/]", "python -c 'x[/]'", "of [x] for"):
+                assert shown in text, text
+            await pilot.press("n")
+
+    run(go())

@@ -95,11 +95,12 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Label(self.title_text, id="title")
+            # (as Text, never markup: a plan's `[child conversation …]`, a refusal quoting an argv's `[/]`)
+            yield Label(Text(self.title_text), id="title")
             with VerticalScroll(id="plan"):
-                yield Static("\n".join(self.lines) or "(nothing)")
+                yield Static(Text("\n".join(self.lines) or "(nothing)"))
             if self.refused:
-                yield Label(f"refused now: {self.refused}", classes="refused")
+                yield Label(Text(f"refused now: {self.refused}"), classes="refused")
             yield Label("y: do it   n/Esc: cancel", classes="hint")
 
     def action_answer(self, yes: bool) -> None:
@@ -117,7 +118,7 @@ class LineScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Label(self.title_text, id="title")
+            yield Label(Text(self.title_text), id="title")
             yield Input(placeholder="Enter sends it, Esc cancels", id="line")
 
     @on(Input.Submitted)
