@@ -240,3 +240,27 @@ def test_the_options_that_take_a_value_are_the_parsers_own():
     globals_ = {f for a in build_parser()._actions if a.option_strings and a.nargs != 0
                 and not isinstance(a, (argparse._HelpAction, argparse._VersionAction)) for f in a.option_strings}
     assert globals_ == set(remote.GLOBAL_WITH_VALUE)
+
+
+def test_a_connection_lost_midway_is_one_line_and_exit_1(tmp_path, monkeypatch, capsys):
+    """The session dies after the remote's header (the network went, the master connection was
+    killed): one `muxhost: box: …` line and exit 1, never ssh's own 255 in silence (`wait X@box`
+    returned 255 and said nothing)."""
+    import os
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    header = protocol.header().replace('"', '\\"')
+    (bin_dir / "ssh").write_text(f'#!/bin/sh\ncat >/dev/null\necho "{header}"\n'
+                                 'echo "Connection to 127.0.0.1 closed by remote host." >&2\nexit 255\n')
+    os.chmod(bin_dir / "ssh", 0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("MUXHOST_STATE_DIR", str(tmp_path / "s"))
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    rc = transport.forward(RemoteHost("box", "box", "muxhost"), ["wait", "r", "--until", "exited"])
+    err = capsys.readouterr().err
+    assert rc == 1, (rc, err)
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("muxhost: box: ") and "closed by remote host" in lines[-1], err
