@@ -264,3 +264,20 @@ def test_a_connection_lost_midway_is_one_line_and_exit_1(tmp_path, monkeypatch, 
     assert rc == 1, (rc, err)
     lines = err.strip().splitlines()
     assert lines[-1].startswith("muxhost: box: ") and "closed by remote host" in lines[-1], err
+
+
+def test_ls_across_hosts_fits_100_columns_offline_rows_too(monkeypatch):
+    """`ls` with hosts (not on a terminal: 100 columns) keeps every line within 100 columns: an
+    offline host's row says what kind of failure (`unreachable`), the whole reason is a note line
+    (as with --json); `--wide` shows it in the row."""
+    from muxhost.remote import listing
+
+    monkeypatch.setenv("HOME", "/home/me")
+    docs = [{"host": "local", "id": "1a2b3c4d", "name": "fix-tests", "agent": "claude", "state": "running",
+             "activity": "idle", "pane": "%12", "conversation_id": "c" * 36, "resumable": True,
+             "cwd": "/home/me/src/some/deep/project/folder"}]
+    why = "unreachable (ssh: connect to host 10.0.0.12 port 22: Connection timed out after a long while)"
+    lines = listing.table(docs, [("buildbox", why)]).splitlines()
+    assert all(len(line) <= 100 for line in lines), "\n".join(f"{len(ln)}: {ln}" for ln in lines)
+    assert lines[-1].split() == ["buildbox", "-", "-", "-", "offline", "-", "-", "-", "-", "unreachable"]
+    assert why in listing.table(docs, [("buildbox", why)], wide=True)
