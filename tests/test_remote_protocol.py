@@ -281,3 +281,12 @@ def test_ls_across_hosts_fits_100_columns_offline_rows_too(monkeypatch):
     assert all(len(line) <= 100 for line in lines), "\n".join(f"{len(ln)}: {ln}" for ln in lines)
     assert lines[-1].split() == ["buildbox", "-", "-", "-", "offline", "-", "-", "-", "-", "unreachable"]
     assert why in listing.table(docs, [("buildbox", why)], wide=True)
+
+
+def test_hosts_add_of_a_name_in_use_says_what_it_replaced(mux):
+    """`hosts add box …` again (a typo, another target): it says the host changed and what it was,
+    --muxhost path included, instead of 'added host box' over the old one in silence."""
+    mux.ok("hosts", "add", "box", "me@box", "--muxhost", "~/.local/bin/muxhost")
+    out = mux.ok("hosts", "add", "box", "me@other")
+    assert "changed host box" in out and "me@box" in out and "~/.local/bin/muxhost" in out, out
+    assert "added host other" in mux.ok("hosts", "add", "other", "me@other")
