@@ -607,3 +607,25 @@ def test_a_plan_and_a_refusal_are_shown_as_text_never_as_markup(world):
             await pilot.press("n")
 
     run(go())
+
+
+def test_the_header_keeps_the_time_of_the_last_look_when_the_counts_are_long(world):
+    """At 80 columns with records in many states the header still ends with the time of the last look
+    (the server's name gives way first); it ran off the edge with the server."""
+    statuses = ["waiting", "idle", "asleep", "exited", *["stopped"] * 12]
+    rows = [ui_rows.Row(id=f"{i:08x}", name=f"r{i}", agent="demo", status=s, since=None, state=s,
+                        conversation=None, cwd="/", branch=None, worktree=None, pane=None, resumable=False)
+            for i, s in enumerate(statuses)]
+
+    async def go():
+        app = Dashboard(world.make, env={}, cwd=str(world.tmp), where="tmux socket 'a-long-socket-name'")
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.looked_at, what="the first look")
+            app.rows = rows
+            app._header()
+            await pilot.pause(0.2)
+            top = screen_text(app).splitlines()[0]
+            assert time.strftime("%H:%M", time.localtime(app.looked_at)) in top, top
+            assert "1 waiting" in top and "12 stopped" in top, top
+
+    run(go())

@@ -369,7 +369,10 @@ class Dashboard(App):
         top.append(counts(self.rows), style="bold")
         if self.filter_text:
             top.append(f"   filter: {self.filter_text} ({len(self.shown)} of {len(self.rows)})", style="yellow")
-        right = f"{self.where}  {time.strftime('%H:%M', time.localtime(self.looked_at))}" if self.looked_at else self.where
+        at = time.strftime('%H:%M', time.localtime(self.looked_at)) if self.looked_at else ""
+        # (the server's name gives way to the time of the last look when the counts need the room)
+        room = self.size.width - 3 - len(top.plain)
+        right = next((r for r in (f"{self.where}  {at}".strip(), at) if len(r) <= room), "")
         pad = max(1, self.size.width - 2 - len(top.plain) - len(right))
         top.append(" " * pad + right, style="dim")
         if top.plain != self._top:  # (a repaint only when it reads otherwise)
