@@ -143,6 +143,9 @@ def _purge_confirmed(host, args: list[str], timeout: float) -> int:
         return shown.rc or 1
     print_report(types.SimpleNamespace(**{"stopped": None, "home": None, "refused": None, "notes": [],
                                           **shown.doc}), False)
+    if shown.doc.get("refused"):  # (a yes could only be refused: say so now, as a local purge does)
+        print(f"muxhost: {host.name}: {shown.doc['refused']}", file=sys.stderr)
+        return 4
     try:
         answer = input(f"purge this on {host.name} for good? [y/N] ")
     except EOFError:

@@ -120,6 +120,9 @@ def rm_plan(host, rid: str) -> list[str]:
     """What ``rm`` would do, for the confirmation (it refuses by itself what it must)."""
     rec = record(host, rid)
     lines = [f"forget record {rec.id} ({rec.name}, {rec.state})"]
+    there = host.removal.agent_there(rec)
+    if there:
+        lines.append(f"refused now: {there} (s stops it)")
     wt = rec.worktree
     if wt:
         from muxhost import worktrees
