@@ -16,7 +16,7 @@ from typing import Sequence
 from muxhost.errors import UsageError
 
 #: verbs whose first positional argument is a REF (``stop``/``sleep``: every positional is one)
-REF_VERBS = ("show", "stop", "resume", "purge", "rm", "sleep", "wake", "send", "wait", "read", "attach")
+REF_VERBS = ("show", "explain", "stop", "resume", "purge", "rm", "sleep", "wake", "send", "wait", "read", "attach")
 MANY_REFS = ("stop", "sleep")
 GLOBAL_WITH_VALUE = ("--config", "--socket", "--backend")
 
@@ -143,6 +143,9 @@ def _purge_confirmed(host, args: list[str], timeout: float) -> int:
         return shown.rc or 1
     print_report(types.SimpleNamespace(**{"stopped": None, "home": None, "refused": None, "notes": [],
                                           **shown.doc}), False)
+    if shown.doc.get("refused"):  # (a yes could only be refused: say so now, as a local purge does)
+        print(f"muxhost: {host.name}: {shown.doc['refused']}", file=sys.stderr)
+        return 4
     try:
         answer = input(f"purge this on {host.name} for good? [y/N] ")
     except EOFError:
