@@ -1,0 +1,188 @@
+"""Every conversation on disk and prune (issue 23, items 1 and 4): `conversations` lists what the
+agents keep (children under their parent, the record that has it, in use); `prune` purges exactly the
+old ones through the one purge and says why it skipped each of the others."""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+import types
+import uuid
+from pathlib import Path
+
+import pytest
+
+import muxhost
+from muxhost.testing import wait_for
+
+DAY = 86400
+
+
+def _folder() -> Path:
+    return Path(os.environ["HOME"]) / ".local/share/muxhost-demo/conversations"
+
+
+def _write(cid: str, days: float, text: str, parent: str | None = None, cwd: str = "/work/p") -> Path:
+    """A demo conversation file as the demo writes one, last written ``days`` ago."""
+    path = _folder() / f"{cid}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    when = time.time() - days * DAY
+    lines = [{"type": "meta", "id": cid, "parent": parent, "cwd": cwd, "created": when - 60},
+             {"type": "user", "text": text, "time": when}, {"type": "agent", "text": text[::-1], "time": when}]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    _age(cid, days)
+    return path
+
+
+def _age(cid: str, days: float) -> None:
+    when = time.time() - days * DAY
+    os.utime(_folder() / f"{cid}.jsonl", (when, when))
+
+
+def _tree_hash() -> str:
+    h = hashlib.sha256()
+    for p in sorted(_folder().iterdir()):
+        h.update(p.name.encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+def _holder(cid: str) -> subprocess.Popen:
+    """A process whose argv names the conversation (what the demo plugin's in_use sees)."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", cid])
+
+
+@pytest.fixture
+def veto(host):
+    kept = set()
+    plugin = types.SimpleNamespace(muxhost_purge_veto=muxhost.hookimpl(
+        lambda agent, conversation_id, artifacts: "kept by the test's plugin" if conversation_id in kept else None))
+    host.pm.register(plugin, name="test-veto")
+    return kept
+
+
+def test_prune_over_200_demo_conversations_takes_exactly_the_old_free_ones(host, tmp_path, veto):
+    ids = [uuid.uuid4().hex for _ in range(200)]
+    old = set()
+    for i, cid in enumerate(ids):
+        young = i % 4 == 0
+        _write(cid, 5 if young else 40 + i % 7, f"prompt number {i}")
+        if not young:
+            old.add(cid)
+    # children: two old ones with an old child (and a grandchild), one old one with a young child
+    kids = {ids[1]: uuid.uuid4().hex, ids[2]: uuid.uuid4().hex, ids[3]: uuid.uuid4().hex}
+    grandkid = uuid.uuid4().hex
+    _write(kids[ids[1]], 41, "child task", parent=ids[1])
+    _write(grandkid, 41, "grandchild task", parent=kids[ids[1]])
+    _write(kids[ids[2]], 41, "child task", parent=ids[2])
+    _write(kids[ids[3]], 2, "a child still at work", parent=ids[3])
+    # held: a running record, an asleep record, a process naming one, a process naming a child, a veto
+    running, asleep = (host.launch("demo", cwd=str(tmp_path), name=n) for n in ("runner", "sleeper"))
+    for lv in (running, asleep):
+        wait_for(lambda lv=lv: (_folder() / f"{lv.rec.conversation_id}.jsonl").exists(), what="its conversation")
+    # (the fake backend has no stub pane: an asleep record as one whose stub's server went is)
+    host.stop(host.store.get(asleep.rec.id))
+    host.store.update(host.store.get(asleep.rec.id), state="asleep", slept_at=time.time())
+    for lv in (running, asleep):
+        _age(lv.rec.conversation_id, 50)
+    held, held_kid = ids[5], ids[6]
+    kid6 = uuid.uuid4().hex
+    _write(kid6, 45, "a held child", parent=held_kid)
+    veto.add(ids[7])
+    procs = [_holder(held), _holder(kid6)]
+    try:
+        wait_for(lambda: all(p.pid for p in procs), what="the holders")
+        skipped = {running.rec.conversation_id: f"in use: record {running.rec.id} (runner) is running",
+                   asleep.rec.conversation_id: f"in use: record {asleep.rec.id} (sleeper) is asleep",
+                   held: f"in use: pid {procs[0].pid}", held_kid: f"in use: child conversation {kid6}: pid {procs[1].pid}",
+                   ids[3]: f"child conversation {kids[ids[3]]} was updated since the cutoff",
+                   ids[7]: "purge vetoed: kept by the test's plugin"}
+        gone = old - set(skipped)
+        sizes = {p.name.split(".")[0]: p.stat().st_size for p in _folder().iterdir()}
+        freed = sum(sizes[c] for c in gone) + sizes[kids[ids[1]]] + sizes[grandkid] + sizes[kids[ids[2]]]
+
+        before = _tree_hash()
+        dry = host.prune(30 * DAY, dry_run=True)
+        assert _tree_hash() == before  # a dry run changes nothing
+        _check(dry, gone, skipped, freed, kids, grandkid)
+
+        report = host.prune(30 * DAY)
+        _check(report, gone, skipped, freed, kids, grandkid)
+        left = {p.name.split(".")[0] for p in _folder().iterdir()}
+        purged = gone | {kids[ids[1]], grandkid, kids[ids[2]]}
+        assert not (left & purged)  # every old free one went, with its children
+        assert left == set(sizes) - purged  # and nothing else did: the young, the held, the vetoed
+        assert host.store.get(asleep.rec.id).state == "asleep"
+        assert host.prune(30 * DAY)["purged"] == []  # a second prune finds nothing more to take
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        host.stop(host.store.get(running.rec.id))
+
+
+def _check(report, gone, skipped, freed, kids, grandkid) -> None:
+    assert {p["id"] for p in report["purged"]} == gone
+    why = {s["id"]: s["reason"] for s in report["skipped"]}
+    assert set(why) == set(skipped)
+    for cid, reason in skipped.items():
+        assert why[cid].startswith(reason), (cid, why[cid])
+    by_id = {p["id"]: p for p in report["purged"]}
+    some = next(iter(kids))
+    assert set(by_id[some]["children"]) == {kids[some], grandkid}
+    assert report["bytes_freed"] == freed and report["errors"] == []
+
+
+def test_conversations_lists_every_one_on_disk_with_children_under_the_parent_and_filters(host, tmp_path):
+    a, b, child, stray = (uuid.uuid4().hex for _ in range(4))
+    _write(a, 40, "refactor the parser\n  and its   tests", cwd=str(tmp_path / "p"))
+    _write(child, 39, "sub task", parent=a, cwd=str(tmp_path / "p"))
+    _write(b, 1, "x" * 300, cwd=str(tmp_path / "q"))
+    (_folder() / "not-an-id.jsonl").write_text(json.dumps({"type": "meta"}) + "\n")  # the id check drops it
+    lv = host.launch("demo", cwd=str(tmp_path), name="rec")
+    try:
+        wait_for(lambda: (_folder() / f"{lv.rec.conversation_id}.jsonl").exists(), what="its conversation")
+        rows = host.conversations()
+        assert [r.conv.id for r in rows] == [lv.rec.conversation_id, b, a]  # newest first, children not rows
+        top = rows[2]
+        assert [c.conv.id for c in top.children] == [child] and top.conv.title == "refactor the parser and its tests"
+        assert top.total_size == (_folder() / f"{a}.jsonl").stat().st_size + (_folder() / f"{child}.jsonl").stat().st_size
+        assert len(rows[1].conv.title) <= 80 and rows[1].conv.title.endswith("…")
+        mine = rows[0].to_dict()
+        assert mine["record"]["name"] == "rec" and mine["in_use"] and mine["cwd"] == str(tmp_path)
+        assert [r.conv.id for r in host.conversations(older_than=30 * DAY)] == [a]
+        assert [r.conv.id for r in host.conversations(cwd=str(tmp_path / "q"))] == [b]
+        assert [r.conv.id for r in host.conversations(grep="SUB TASK")] == [a]  # a child's match shows its parent
+        assert host.conversations(agent="demo", grep="nothing like it") == []
+    finally:
+        host.stop(host.store.get(lv.rec.id))
+
+
+def test_the_cli_table_json_summary_and_usage_errors(mux, tmp_path):
+    data = tmp_path / "demo-data"
+    mux.env["MUXHOST_DEMO_HOME"] = str(data)
+    old, young = uuid.uuid4().hex, uuid.uuid4().hex
+    for cid, days in ((old, 40), (young, 1)):
+        path = data / "conversations" / f"{cid}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"type": "meta", "id": cid, "parent": None, "cwd": str(tmp_path), "created": 1})
+                        + "\n" + json.dumps({"type": "user", "text": f"hello {cid[:4]}"}) + "\n")
+        when = time.time() - days * DAY
+        os.utime(path, (when, when))
+    table = mux.ok("conversations")
+    lines = table.splitlines()
+    assert lines[0].split() == ["AGENT", "CONVERSATION", "UPDATED", "SIZE", "RECORD", "USE", "CWD", "TITLE"]
+    assert all(len(ln) <= 100 for ln in lines) and f"hello {old[:4]}" in table and "40d" in table
+    assert [r["id"] for r in mux.ok("conversations", "--older-than", "30d", "--json")] == [old]
+    for bad, why in ((["prune", "--older-than", "30d"], "--dry-run"), (["prune", "--dry-run"], "--older-than"),
+                     (["prune", "--older-than", "soon", "--yes"], "--older-than"),
+                     (["conversations", "--older-than", "-1d"], "--older-than")):
+        r = mux.run(*bad)
+        assert r.rc == 2 and why in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    dry = mux.ok("prune", "--older-than", "30d", "--dry-run")
+    assert dry.splitlines()[-1].startswith("would purge 1 conversation(s)") and (data / "conversations" / f"{old}.jsonl").exists()
+    size = (data / "conversations" / f"{old}.jsonl").stat().st_size
+    out = mux.ok("prune", "--older-than", "30d", "--yes")
+    assert out.splitlines()[-1] == f"purged 1 conversation(s), {size} freed, 0 skipped"
+    assert not (data / "conversations" / f"{old}.jsonl").exists() and (data / "conversations" / f"{young}.jsonl").exists()
+    assert mux.ok("prune", "--older-than", "30d", "--yes", "--json")["purged"] == []
