@@ -81,15 +81,16 @@ def size(*paths: str | os.PathLike) -> int:
     return total
 
 
-def transcripts(files: Iterable[tuple[str, Path]], describe: Describe | None = None) -> Iterator[Conversation]:
+def transcripts(files: Iterable[tuple[str, Path]], describe: Describe | None = None,
+                limit: int = HEAD_BYTES) -> Iterator[Conversation]:
     """A :class:`Conversation` for each ``(id, path)`` of a JSONL transcript: ``updated`` is its
     mtime, ``created`` the earliest of its ctime and mtime unless ``describe`` says, ``size`` its
     bytes (plus those of the paths ``describe`` returns as ``also``), and ``describe(path,
-    head(path))``'s fields. A file gone meanwhile is left out."""
+    head(path, limit=limit))``'s fields. A file gone meanwhile is left out."""
     for cid, path in files:
         try:
             st = path.stat()
-            fields = dict(describe(path, head(path))) if describe else {}
+            fields = dict(describe(path, head(path, limit=limit))) if describe else {}
         except OSError:
             continue
         also = fields.pop("also", ())
@@ -101,16 +102,18 @@ def transcripts(files: Iterable[tuple[str, Path]], describe: Describe | None = N
         yield conv
 
 
-def folder(path: str | os.PathLike, describe: Describe | None = None, pattern: str = "*.jsonl") -> Iterator[Conversation]:
+def folder(path: str | os.PathLike, describe: Describe | None = None, pattern: str = "*.jsonl",
+           limit: int = HEAD_BYTES) -> Iterator[Conversation]:
     """A folder of transcripts named ``<id>.jsonl`` (``pattern``): :func:`transcripts` of each."""
     base = Path(path)
     if not base.is_dir():
         return iter(())
-    return transcripts(((p.name.split(".", 1)[0], p) for p in sorted(base.glob(pattern)) if p.is_file()), describe)
+    found = ((p.name.split(".", 1)[0], p) for p in sorted(base.glob(pattern)) if p.is_file())
+    return transcripts(found, describe, limit)
 
 
 def rollouts(root: str | os.PathLike, id_re: str, describe: Describe | None = None,
-             pattern: str = "**/rollout-*.jsonl") -> Iterator[Conversation]:
+             pattern: str = "**/rollout-*.jsonl", limit: int = HEAD_BYTES) -> Iterator[Conversation]:
     """Rollout files under ``root`` (dated folders: ``YYYY/MM/DD/rollout-<ts>-<id>.jsonl``) whose
     name ends with an id ``id_re`` matches: :func:`transcripts` of each."""
     base = Path(root)
@@ -118,7 +121,7 @@ def rollouts(root: str | os.PathLike, id_re: str, describe: Describe | None = No
         return iter(())
     rx = re.compile(rf"({id_re})\.jsonl$")
     found = [(m.group(1), p) for p in sorted(base.glob(pattern)) if (m := rx.search(p.name)) and p.is_file()]
-    return transcripts(found, describe)
+    return transcripts(found, describe, limit)
 
 
 def table(db: str | os.PathLike, sql: str, params: Any = ()) -> list[dict[str, Any]]:

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable
 
 import psutil
 
-from muxhost.api import Agent, AgentContext, Launch, MuxhostError, Proc, artifacts, hookimpl, kit
+from muxhost.api import Agent, AgentContext, Conversation, Launch, MuxhostError, Proc, artifacts, hookimpl, kit
 from muxhost_opencode.activity import ACTIVITY_TIMEOUT, NEXT_STEP_MS, asks_user, turn_state  # noqa: F401
 
 __all__ = ["OpenCodeAgent", "asks_user", "muxhost_register_agents", "session_from_argv", "turn_state"]
@@ -240,6 +240,12 @@ class OpenCodeAgent(Agent):
 
     def exists(self, ctx: AgentContext, conversation_id: str) -> bool:
         return bool(self._query(ctx, "select 1 from session where id = ?", (conversation_id,)))
+
+    def conversations(self, ctx: AgentContext) -> list:
+        """The ``session`` table (read-only): directory, times, opencode's own title (the first
+        prompt while it has only its default one), children by ``parent_id``; size: the bytes of its
+        messages and parts in the database. A database that cannot be read raises (a warning)."""
+        return self._read(ctx, _sessions, [])
 
     def activity(self, ctx: AgentContext, screen: str | None) -> str | None:
         """``waiting`` while a dialog asks at the bottom of ``screen`` (:func:`asks_user`); else what
@@ -467,6 +473,41 @@ def _run_ending_at(path: str, end: int) -> str | None:
         return None  # not a line end: the file was rewritten since, or it is not ours to read
     m = _RUN_RE.search(chunk[:-1].rsplit(b"\n", 1)[-1])
     return m.group(1).decode() if m else None
+
+
+_DEFAULT_TITLE = re.compile(r"(New|Child) session - \d{4}-")
+
+
+def _sessions(r: kit.sqlite.Reader) -> list:
+    """Every session of the database as a :class:`Conversation` (see ``conversations``)."""
+    tables = r.columns()
+    if "session" not in tables:
+        return []
+    sizes: dict[str, int] = {}
+    for table in ("message", "part"):
+        if "session_id" in tables.get(table, ()) and "data" in tables[table]:
+            for sid, n in r.rows(f"select session_id, sum(length(data)) from {table} group by session_id"):
+                sizes[sid] = sizes.get(sid, 0) + int(n or 0)
+    rows = r.rows("select id, parent_id, directory, title, time_created, time_updated from session")
+    kids: dict[str, list[str]] = {}
+    for row in rows:
+        kids.setdefault(row["parent_id"], []).append(row["id"])
+    out = []
+    for row in rows:
+        title = row["title"] if isinstance(row["title"], str) else ""
+        if not title or _DEFAULT_TITLE.match(title):
+            title = _first_prompt(r, row["id"]) or title
+        out.append(Conversation(id=row["id"], created=(row["time_created"] or 0) / 1000,
+                                updated=(row["time_updated"] or 0) / 1000, cwd=row["directory"] or "",
+                                title=kit.conversations.title(title), size=sizes.get(row["id"], 0),
+                                children=sorted(kids.get(row["id"], []))))
+    return out
+
+
+def _first_prompt(r: kit.sqlite.Reader, sid: str) -> str:
+    sql = ("select m.data, p.data from part p join message m on m.id = p.message_id where p.session_id = ?"
+           " order by p.time_created limit 20")
+    return next((t for m, p in r.rows(sql, (sid,)) if (t := _user_text(m, p))), "")
 
 
 def _user_text(message_data: str, part_data: str) -> str | None:
