@@ -186,3 +186,16 @@ def test_the_cli_table_json_summary_and_usage_errors(mux, tmp_path):
     assert out.splitlines()[-1] == f"purged 1 conversation(s), {size} freed, 0 skipped"
     assert not (data / "conversations" / f"{old}.jsonl").exists() and (data / "conversations" / f"{young}.jsonl").exists()
     assert mux.ok("prune", "--older-than", "30d", "--yes", "--json")["purged"] == []
+
+
+def test_prune_archive_archives_each_purge_and_names_the_archives(host):
+    """`prune --archive` hands `archive=True` to each purge (Host.purge's keyword, from the archive
+    branch: this test needs both merged) and sums up where the archives are."""
+    old, young = uuid.uuid4().hex, uuid.uuid4().hex
+    _write(old, 40, "archive me")
+    _write(young, 1, "keep me")
+    report = host.prune(30 * DAY, archive=True)
+    assert [p["id"] for p in report["purged"]] == [old] and report["errors"] == []
+    archive = report["purged"][0]["archive"]
+    assert archive and Path(archive).exists() and report["archives"] == [archive]
+    assert not (_folder() / f"{old}.jsonl").exists() and (_folder() / f"{young}.jsonl").exists()
