@@ -199,3 +199,19 @@ def test_prune_archive_archives_each_purge_and_names_the_archives(host):
     archive = report["purged"][0]["archive"]
     assert archive and Path(archive).exists() and report["archives"] == [archive]
     assert not (_folder() / f"{old}.jsonl").exists() and (_folder() / f"{young}.jsonl").exists()
+
+
+@pytest.mark.parametrize("argv, sent", [
+    (["conversations", "--host", "box", "--json"], ["conversations", "--json"]),
+    (["prune", "--older-than", "30d", "--host=box", "--yes"], ["prune", "--older-than", "30d", "--yes"])])
+def test_conversations_and_prune_with_host_run_on_that_host(argv, sent, tmp_path, monkeypatch):
+    from muxhost.remote import dispatch, transport
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("hosts:\n  box: {ssh: 'ssh://me@box'}\n")
+    monkeypatch.setenv("MUXHOST_STATE_DIR", str(tmp_path / "state"))
+    calls = []
+    monkeypatch.setattr(transport, "forward", lambda host, args, timeout: calls.append((host.name, args)) or 0)
+    assert dispatch(["--config", str(cfg), *argv]) == 0
+    assert calls == [("box", sent)]
+    assert dispatch(["--config", str(cfg), *[a for a in argv if "box" not in a and a != "--host"], "--host", "local"]) is None

@@ -30,6 +30,7 @@ def filters(sp) -> None:
     sp.add_argument("--cwd", metavar="DIR", help="only those that ran in DIR or a folder under it")
     sp.add_argument("--older-than", metavar="D", help="only those last updated (children too) more than D ago "
                     "(30d, 12h, 90m, 45s)")
+    sp.add_argument("--host", metavar="NAME", help="on that remote host (`muxhost hosts`; local: this machine)")
 
 
 def older_than(args, required: bool = False) -> float | None:
