@@ -28,6 +28,7 @@ import os
 import re
 import shlex
 import sys
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Collection, Iterable, Union
 
@@ -80,6 +81,20 @@ def _uid(pid: int) -> int | None:
 # argv and environment
 
 
+#: the environments read of each process table's processes (None: gone, another process, not ours)
+_ENVIRONS: "weakref.WeakKeyDictionary[ProcessTable, dict[int, dict[str, str] | None]]" = weakref.WeakKeyDictionary()
+
+
+def _environ(p: Proc) -> dict[str, str] | None:
+    try:
+        ps = psutil.Process(p.pid)
+        if abs(ps.create_time() - p.create_time) > CT_TOLERANCE:
+            return None
+        return ps.environ()
+    except (psutil.Error, OSError):
+        return None
+
+
 def with_env(table: ProcessTable, values: str | Collection[str],
              names: Iterable[str] | None = None) -> list[tuple[Proc, str]]:
     """``[(process, "NAME=value"), …]``: processes with an environment variable equal to one of
@@ -90,15 +105,14 @@ def with_env(table: ProcessTable, values: str | Collection[str],
     keys = None if names is None else list(dict.fromkeys(names))
     me = os.getpid()
     out = []
+    read = _ENVIRONS.setdefault(table, {})  # (one read per process and table: `conversations` asks for each)
     for p in table.procs.values():
         if p.pid == me or p.pid <= 0:
             continue
-        try:
-            ps = psutil.Process(p.pid)
-            if abs(ps.create_time() - p.create_time) > CT_TOLERANCE:
-                continue
-            env = ps.environ()
-        except (psutil.Error, OSError):
+        if p.pid not in read:
+            read[p.pid] = _environ(p)
+        env = read[p.pid]
+        if env is None:
             continue
         pairs = env.items() if keys is None else ((k, env.get(k)) for k in keys)
         hit = next((f"{k}={v}" for k, v in pairs if v in wanted), None)
