@@ -215,3 +215,29 @@ def test_conversations_and_prune_with_host_run_on_that_host(argv, sent, tmp_path
     assert dispatch(["--config", str(cfg), *argv]) == 0
     assert calls == [("box", sent)]
     assert dispatch(["--config", str(cfg), *[a for a in argv if "box" not in a and a != "--host"], "--host", "local"]) is None
+
+
+def test_a_holder_that_came_while_the_purge_asked_is_seen(host):
+    """The in-use check after the question reads the process table again: a process started while
+    the user answered (here: one naming the conversation) refuses the purge. (The plugins' reads of
+    one process table are shared since `conversations` asks for every conversation.)"""
+    from muxhost.errors import Refused
+
+    cid = uuid.uuid4().hex
+    _write(cid, 1, "keep me while held")
+    late = []
+
+    def answer(report):
+        late.append(_holder(cid))
+        wait_for(lambda: any(cid in " ".join(p.cmdline()) for p in __import__("psutil").process_iter(["cmdline"])
+                             if p.pid == late[0].pid), what="the late holder")
+        return True
+
+    try:
+        with pytest.raises(Refused, match="is in use: pid"):
+            host.purge(agent_name="demo", conversation_id=cid, confirm=answer)
+        assert (_folder() / f"{cid}.jsonl").exists()
+    finally:
+        for p in late:
+            p.kill()
+            p.wait()

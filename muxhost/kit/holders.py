@@ -30,7 +30,7 @@ import shlex
 import sys
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Collection, Iterable, Union
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Union
 
 import psutil
 
@@ -154,6 +154,19 @@ def open_paths(pid: int) -> list[str]:
     return [f.path for f in psutil.Process(pid).open_files()]
 
 
+#: the open files read of each process table's processes: paths, psutil.AccessDenied, or None (gone)
+_OPENED: "weakref.WeakKeyDictionary[ProcessTable, dict[int, Any]]" = weakref.WeakKeyDictionary()
+
+
+def _opened(pid: int) -> Any:
+    try:
+        return open_paths(pid)
+    except psutil.AccessDenied:
+        return psutil.AccessDenied
+    except (psutil.Error, OSError):
+        return None
+
+
 @dataclass
 class OpenScan:
     """What :func:`with_open` saw: ``found`` (process, path as given) pairs; ``unreadable``, the
@@ -179,17 +192,19 @@ def with_open(table: ProcessTable, paths: Iterable[str | os.PathLike], names: It
     canonical = _proc_fd()  # Linux names every open file by its resolved path already
     names = tuple(names)
     uid, me = os.getuid(), os.getpid()
+    read = _OPENED.setdefault(table, {})  # (one read per process and table: `conversations` asks for each)
     for p in table.procs.values():
         if p.pid == me or p.pid <= 0:
             continue
-        try:
-            opened = open_paths(p.pid)
-        except psutil.AccessDenied:
+        if p.pid not in read:
+            read[p.pid] = _opened(p.pid)
+        opened = read[p.pid]
+        if opened is psutil.AccessDenied:
             scan.blind += 1
             if _uid(p.pid) == uid or p.matches_name(names):
                 scan.unreadable.append(p)
             continue
-        except (psutil.Error, OSError):
+        if opened is None:
             continue
         hits = []
         for path in opened:
