@@ -241,3 +241,47 @@ def test_a_holder_that_came_while_the_purge_asked_is_seen(host):
         for p in late:
             p.kill()
             p.wait()
+
+
+def test_the_kit_reads_first_lines_only_titles_one_line_and_sizes_from_stat(tmp_path):
+    from muxhost.kit import conversations as kc
+
+    big = tmp_path / "t.jsonl"
+    first = {"type": "user", "message": {"content": [{"type": "text", "text": "line one\nline two"}]}}
+    big.write_text(json.dumps(first) + "\n" + ("x" * 100 + "\n") * 2000 + json.dumps({"late": 1}) + "\n")
+    entries = kc.head(big, limit=4096)  # not a byte past the limit, a cut last line left out
+    assert entries == [first]
+    assert kc.title(first["message"]["content"]) == "line one line two"
+    assert kc.title("word " * 40, width=20) == "word word word word…" and kc.title(None) == ""
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "sub.json").write_text("12345")
+    assert kc.size(big, tmp_path / "t", tmp_path / "missing") == big.stat().st_size + 5
+    cid = "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
+    day = tmp_path / "sessions" / "2026" / "12" / "01"
+    day.mkdir(parents=True)
+    (day / f"rollout-2026-12-01T10-00-00-{cid}.jsonl").write_text(json.dumps({"cwd": "/w"}) + "\n")
+    (day / "rollout-2026-12-01T10-00-00-not-an-id.jsonl").write_text("{}\n")
+    found = list(kc.rollouts(tmp_path / "sessions", r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+                             lambda path, entries: {"cwd": entries[0]["cwd"]}))
+    assert [(c.id, c.cwd, c.size) for c in found] == [(cid, "/w", len(json.dumps({"cwd": "/w"})) + 1)]
+    assert list(kc.folder(tmp_path / "nowhere")) == [] and kc.table(tmp_path / "none.db", "select 1") == []
+    assert not (tmp_path / "none.db").exists()  # a read creates no database
+
+
+def test_prune_shows_a_progress_bar_on_a_terminal_only_and_one_summary_line(host, capsys, monkeypatch):
+    import argparse
+
+    from muxhost.cli import prune
+
+    for _ in range(3):
+        _write(uuid.uuid4().hex, 40, "old")
+    args = argparse.Namespace(older_than="30d", agent=None, cwd=None, dry_run=True, yes=False, archive=False,
+                              json=False)
+    assert prune.run(host, args) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and out.splitlines()[-1].startswith("would purge 3 conversation(s)")  # not a terminal: no bar
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert prune.run(host, args) == 0
+    out, err = capsys.readouterr()
+    assert "prune [" in err and "3/3" in err and err.endswith("\r\033[K")  # drawn, then wiped
+    assert "prune [" not in out and out.splitlines()[-1].startswith("would purge 3 conversation(s)")
