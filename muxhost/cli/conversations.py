@@ -24,12 +24,12 @@ def add_arguments(sp) -> None:
     json_flag(sp)
 
 
-def filters(sp) -> None:
-    """``--agent``, ``--cwd``, ``--older-than``: what ``conversations`` and ``prune`` share."""
+def filters(sp, older: str = "only those last updated (children too) more than D ago") -> None:
+    """``--agent``, ``--cwd``, ``--older-than`` (its help: ``older``), ``--host``: what
+    ``conversations`` and ``prune`` share."""
     sp.add_argument("--agent", metavar="A", help="only this agent's")
     sp.add_argument("--cwd", metavar="DIR", help="only those that ran in DIR or a folder under it")
-    sp.add_argument("--older-than", metavar="D", help="only those last updated (children too) more than D ago "
-                    "(30d, 12h, 90m, 45s)")
+    sp.add_argument("--older-than", metavar="D", help=f"{older} (30d, 12h, 90m, 45s)")
     sp.add_argument("--host", metavar="NAME", help="on that remote host (`muxhost hosts`; local: this machine)")
 
 

@@ -20,7 +20,7 @@ def add_arguments(sp) -> None:
         "is in, one with a child updated since, one a plugin vetoes. --dry-run lists what would go and\n"
         "what is skipped, changing nothing; --yes purges. One summary line: purged, bytes freed,\n"
         "skipped, archives. Exit 5 when a purge left something, 1 when one failed.")
-    filters(sp)
+    filters(sp, "required: those last updated more than D ago go (a child updated since keeps its parent)")
     sp.add_argument("--dry-run", action="store_true", help="list what would go and what is skipped; change nothing")
     sp.add_argument("--yes", "-y", action="store_true", help="purge them (prune never asks)")
     sp.add_argument("--archive", action="store_true", help="archive each conversation before it goes (purge --archive)")
