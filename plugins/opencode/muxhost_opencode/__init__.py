@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable
 
 import psutil
 
-from muxhost.api import Agent, AgentContext, Conversation, Launch, MuxhostError, Proc, artifacts, hookimpl, kit
+from muxhost.api import Agent, AgentContext, Launch, MuxhostError, Proc, artifacts, hookimpl, kit
 from muxhost_opencode.activity import ACTIVITY_TIMEOUT, NEXT_STEP_MS, asks_user, turn_state  # noqa: F401
 
 __all__ = ["OpenCodeAgent", "asks_user", "muxhost_register_agents", "session_from_argv", "turn_state"]
@@ -241,12 +241,6 @@ class OpenCodeAgent(Agent):
     def exists(self, ctx: AgentContext, conversation_id: str) -> bool:
         return bool(self._query(ctx, "select 1 from session where id = ?", (conversation_id,)))
 
-    def conversations(self, ctx: AgentContext) -> list:
-        """The ``session`` table (read-only): directory, times, opencode's own title (the first
-        prompt while it has only its default one), children by ``parent_id``; size: the bytes of its
-        messages and parts in the database. A database that cannot be read raises (a warning)."""
-        return self._read(ctx, _sessions, [])
-
     def activity(self, ctx: AgentContext, screen: str | None) -> str | None:
         """``waiting`` while a dialog asks at the bottom of ``screen`` (:func:`asks_user`); else what
         the record's session's last message says (:func:`turn_state`); None when it cannot be read.
@@ -290,6 +284,12 @@ class OpenCodeAgent(Agent):
         kids = {sid for sid, (_run, parent) in self._logged_sessions(ctx).items() if parent == conversation_id}
         kids.update(r[0] for r in self._query(ctx, "select id from session where parent_id = ?", (conversation_id,)))
         return sorted(k for k in kids if self.valid_id(k))
+
+    def conversations(self, ctx: AgentContext) -> list:
+        """The ``session`` table (read-only): directory, times, opencode's own title (the first
+        prompt while it has only its default one), children by ``parent_id``; size: the bytes of its
+        messages and parts in the database. A database that cannot be read raises (a warning)."""
+        return self._read(ctx, _sessions, [])
 
     def artifacts(self, ctx: AgentContext, conversation_id: str) -> list[artifacts.Artifact]:
         """Everywhere the session may have bytes (see the module's docstring); the host keeps what is there."""
@@ -480,6 +480,8 @@ _DEFAULT_TITLE = re.compile(r"(New|Child) session - \d{4}-")
 
 def _sessions(r: kit.sqlite.Reader) -> list:
     """Every session of the database as a :class:`Conversation` (see ``conversations``)."""
+    from muxhost.api import Conversation
+
     tables = r.columns()
     if "session" not in tables:
         return []
