@@ -18,8 +18,6 @@ from muxhost.errors import UsageError
 #: verbs whose first positional argument is a REF (``stop``/``sleep``: every positional is one)
 REF_VERBS = ("show", "stop", "resume", "purge", "rm", "sleep", "wake", "send", "wait", "read", "attach")
 MANY_REFS = ("stop", "sleep")
-#: verbs that take ``--host NAME``: the whole command runs on that host
-HOST_VERBS = ("launch", "conversations", "prune")
 GLOBAL_WITH_VALUE = ("--config", "--socket", "--backend")
 
 
@@ -57,13 +55,19 @@ def dispatch(argv: Sequence[str]) -> int | None:
         return None
     if word == protocol.SERVE_VERB:
         return protocol.serve()
-    if word in HOST_VERBS and any(a == "--host" or a.startswith("--host=") for a in rest[:_cut(rest)]):
-        return _forward_launch(_config_of(globals_), rest, word)
+    if word == "launch" and any(a == "--host" or a.startswith("--host=") for a in rest[:_cut(rest)]):
+        return _forward_launch(_config_of(globals_), rest)
     if word in REF_VERBS:
         positions = _ref_positions(word, rest)
         if any("@" in rest[i] for i in positions):  # (not the text of `send r "mail me@x"`)
             return _forward_ref(_config_of(globals_), word, rest, positions)
+    if word in HOST_VERBS and any(a == "--host" or a.startswith("--host=") for a in rest):
+        return _forward_launch(_config_of(globals_), rest, word)
     return None
+
+
+#: verbs besides ``launch`` that take ``--host NAME``: the whole command runs on that host
+HOST_VERBS = ("conversations", "prune")
 
 
 def _cut(rest: list[str]) -> int:
