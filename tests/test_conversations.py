@@ -285,3 +285,20 @@ def test_prune_shows_a_progress_bar_on_a_terminal_only_and_one_summary_line(host
     out, err = capsys.readouterr()
     assert "prune [" in err and "3/3" in err and err.endswith("\r\033[K")  # drawn, then wiped
     assert "prune [" not in out and out.splitlines()[-1].startswith("would purge 3 conversation(s)")
+
+
+def test_a_plugin_whose_conversations_fails_is_a_warning_and_its_ids_are_checked(host, monkeypatch):
+    demo = host.registry.agents["demo"]
+    good = uuid.uuid4().hex
+
+    def listing(ctx):
+        from muxhost.api import Conversation
+
+        return [Conversation(good, updated=1.0, children=["../etc", good]), Conversation("../../x"), "junk"]
+
+    monkeypatch.setattr(demo, "conversations", listing)
+    rows = host.conversations()
+    assert [r.conv.id for r in rows] == [good] and rows[0].conv.children == []  # bad ids dropped, no cycle
+    monkeypatch.setattr(demo, "conversations", lambda ctx: 1 / 0)
+    assert host.conversations() == []
+    assert {"agent": "demo", "hook": "conversations", "error": "ZeroDivisionError: division by zero"} in host.warnings
