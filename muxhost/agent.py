@@ -215,6 +215,8 @@ class PurgeReport:
     refused: str | None = None
     #: ``purge --stop``: how the ladder ended the record's agent first (``{"outcome", "seconds"}``)
     stopped: dict[str, Any] | None = None
+    #: ``purge --archive``: the archive that holds what went (``unpurge`` puts it back)
+    archive: str | None = None
 
     @property
     def complete(self) -> bool:

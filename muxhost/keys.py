@@ -18,6 +18,7 @@ are the built-in plugin :mod:`muxhost.plugins.purge_key`):
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import sys
@@ -156,4 +157,6 @@ def summary(report) -> str:
     if report.residual:
         text = (f"muxhost: purge incomplete: {len(report.residual)} left of the {report.agent} conversation "
                 f"{report.conversation_id}: {report.residual[0]}")
+    if getattr(report, "archive", None):
+        text += f"; archived: muxhost unpurge {os.path.basename(report.archive)}"
     return text

@@ -109,6 +109,23 @@ def test_key_purges_a_launched_agents_conversation(mux, keyed):
     assert still_running(client) and session_of(mux, client) == "main"  # its session stayed: so did it
 
 
+def test_the_key_archives_first_when_the_config_says_so(mux, keyed):
+    mux.config.write_text("purge:\n  archive: true\n")  # (purge.archive: the key follows the config)
+    _neighbour, client = keyed
+    rec = mux.ok("launch", "demo", "--json")
+    mux.wait_screen(rec["pane"], "demo>")
+    mux.type(rec["pane"], "keep me aside")
+    mux.wait_screen(rec["pane"], "turn 1")
+    into_main(mux, rec["id"])
+    cid = rec["conversation_id"]
+    press_purge(client, f"purge the demo conversation {cid} for good? (y/n)")
+    mark = client.mark()
+    client.press(b"y")
+    client.wait_text("; archived: muxhost unpurge ", since=mark)
+    assert not conv(mux, cid).exists()
+    assert [r["conversation_id"] for r in mux.ok("archives", "--json")] == [cid]
+
+
 def test_key_purges_an_agent_started_by_hand_in_a_shell(mux, keyed):
     neighbour, client = keyed
     shell_pane = mux.tmux("display-message", "-p", "-t", "main:0", "#{pane_id}")[0]

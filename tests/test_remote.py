@@ -118,6 +118,8 @@ def test_launch_ls_send_wait_read_stop_on_a_remote_host(box):
     shown = box.ok("show", ref, "--json")
     pids = [p["pid"] for p in shown["processes"]]
     assert pids
+    why = box.ok("explain", ref, "--json")  # (judged there: its panes, its processes, its plugin)
+    assert why["id"] == rec["id"] and why["activity"] == "idle" and why["look"]["plugin"]["reason"]
 
     out = box.ok("stop", ref, "--json")
     assert out["outcome"] in ("exit", "hup", "term", "kill")
@@ -144,8 +146,9 @@ def test_sleep_wake_and_purge_on_a_remote_host_keep_the_neighbour(box):
     assert any(a["conversation_id"] in item for item in plan["plan"])
     assert a_file.exists()
     b_before = b_file.read_bytes()
-    done = box.ok("purge", "one@box", "--stop", "--yes", "--json")
-    assert done["residual"] == []
+    done = box.ok("purge", "one@box", "--stop", "--yes", "--archive", "--json")  # (--archive rides the argv)
+    assert done["residual"] == [] and Path(done["archive"]).is_file(), done
+    assert Path(done["archive"]).is_relative_to(box.remote.home), "archived in the remote user's state dir"
     assert not a_file.exists(), "the remote conversation is gone"
     assert b_file.read_bytes() == b_before, "the neighbour is byte for byte the same"
     box.ok("stop", "two@box")

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from muxhost.api import Agent, AgentContext, Launch, hookimpl, kit, same_process
+from muxhost.api import Activity, Agent, AgentContext, Launch, hookimpl, kit, same_process
 
 # what the program shows and is called (muxhost/demo_agent.py): a plugin knows its agent from outside
 ID_PATTERN = r"[0-9a-f]{32}"
@@ -122,7 +122,7 @@ class DemoAgent(Agent):
     def exists(self, ctx: AgentContext, conversation_id: str) -> bool:
         return self._conv(ctx, conversation_id).is_file()
 
-    def activity(self, ctx: AgentContext, screen: str | None) -> str | None:
+    def activity(self, ctx: AgentContext, screen: str | None) -> Activity | None:
         """From the screen's last line when there is a screen (the watch's): a question ending
         ``(y/n)`` is ``waiting``, ``demo: working …`` is ``working``, the prompt (or any other
         ``demo: …`` line, a command's last words) is ``idle``. Without one
@@ -132,11 +132,13 @@ class DemoAgent(Agent):
         if screen is not None:
             last = next((ln.rstrip() for ln in reversed(screen.splitlines()) if ln.strip()), "")
             if last.endswith(ASK):
-                return "waiting"
+                return Activity("waiting", f"screen: the last line asks {ASK}")
             if last.startswith(WORKING):
-                return "working"
+                return Activity("working", f"screen: the last line says {WORKING!r}")
             if last.startswith((PROMPT.rstrip(), "demo: ")):
-                return "idle"  # at its prompt, or a command's last words (its prompt comes next)
+                # at its prompt, or a command's last words (its prompt comes next)
+                what = "its prompt" if last.startswith(PROMPT.rstrip()) else repr(last[:40])
+                return Activity("idle", f"screen: the last line is {what}")
             return None
         for pid in ctx.pids[:1]:  # the agent itself: the pane's process
             try:
@@ -147,7 +149,7 @@ class DemoAgent(Agent):
             if proc is None or not isinstance(started, (int, float)) or abs(proc.create_time - started) > 0.01:
                 return None  # an entry some earlier process with this pid left
             answer = entry.get("activity")
-            return answer if answer in ("idle", "working", "waiting") else None
+            return Activity(answer, f"registry: live/{pid}.json says {answer}") if answer in ("idle", "working", "waiting") else None
         return None
 
     def in_use(self, ctx: AgentContext, conversation_id: str) -> list[str]:

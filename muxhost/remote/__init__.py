@@ -16,7 +16,7 @@ from typing import Sequence
 from muxhost.errors import UsageError
 
 #: verbs whose first positional argument is a REF (``stop``/``sleep``: every positional is one)
-REF_VERBS = ("show", "stop", "resume", "purge", "rm", "sleep", "wake", "send", "wait", "read", "attach")
+REF_VERBS = ("show", "explain", "stop", "resume", "purge", "rm", "sleep", "wake", "send", "wait", "read", "attach")
 MANY_REFS = ("stop", "sleep")
 GLOBAL_WITH_VALUE = ("--config", "--socket", "--backend")
 

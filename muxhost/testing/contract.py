@@ -95,6 +95,14 @@ class AgentContract:
       resumable.
     - ``test_purge_takes_the_child_conversations`` (skipped, saying why, unless ``has_children``): the
       dry run names every file holding a child's text; after the purge none holds it.
+    - ``test_purge_archive_unpurge_and_resume``: ``purge --archive`` leaves no file holding the
+      conversation's (or a child's) text and the neighbour resumable; ``unpurge`` brings every file of
+      HOME and the XDG dirs back byte for byte (one that only grew counts as kept: a log the agent's
+      own delete command wrote to), every row of the tables the archive names equal, every other
+      table as many rows; ``resume`` continues the conversation, and (with ``model_requests``) the
+      model is sent its earlier turns.
+    - ``model_requests(mux)`` (optional): the request bodies the fake model server received, oldest
+      first, as text; the round trip then checks the resumed agent sent the earlier context.
     """
 
     agent: str = ""
@@ -115,6 +123,10 @@ class AgentContract:
 
     def prepare(self, mux: Mux) -> None:
         """Called first in every test: point ``mux.env`` at a fake model server, write config, …"""
+
+    def model_requests(self, mux: Mux) -> list[str] | None:
+        """The bodies the fake model server received, oldest first (None: the suite cannot look)."""
+        return None
 
     def workdir(self, mux: Mux) -> Path:
         """The folder the agents run in (outside HOME, as a project is)."""
@@ -483,3 +495,76 @@ class AgentContract:
         assert report["residual"] == [], f"[children] residual: {report['residual']}"
         left = self._holding(mux, w.child_texts)
         assert not left, f"[children] after the purge these files still hold a child's text: {sorted(left)}"
+
+    def _contents(self, mux: Mux, sizes: dict[str, int] | None = None) -> dict[str, Any]:
+        """Every file of HOME and the XDG dirs: its sha256, or for a database the rows of each table
+        (its bytes change with a VACUUM; its -wal, -shm and -journal are judged with it)."""
+        import sqlite3
+
+        hashed = self._hash(mux, sizes)
+        dbs = {p for p, h in hashed.items() if h != "dir" and os.path.isfile(p) and _head(p) == _SQLITE_MAGIC}
+        out: dict[str, Any] = {}
+        for p, h in hashed.items():
+            if any(p.endswith(s) and p[:-len(s)] in dbs for s in _DB_SIDECARS):
+                continue
+            if p not in dbs:
+                out[p] = h
+                continue
+            con = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+            try:
+                tables = [t for (t,) in con.execute("select name from sqlite_master where type = 'table'")]
+                out[p] = {t: sorted(map(repr, con.execute(f'select * from "{t}"'))) for t in tables}
+            finally:
+                con.close()
+        return out
+
+    @staticmethod
+    def _difference(path: str, was: Any, now: Any, tables: set[tuple[str, str]]) -> str:
+        """What differs in ``path`` between two :meth:`_contents` ("" when nothing does): a file byte
+        for byte (what only grew since — a log the agent's own delete command wrote to — counts as
+        kept); in a database, the rows of every table the archive names, and the row count of every
+        other table (the agent's own delete command may touch a row of its own, a time updated)."""
+        if now is None:
+            return f"{path} is gone"
+        if not isinstance(was, dict) or not isinstance(now, dict):
+            return "" if was == now else f"{path} differs"
+        bad = [f"{t} ({len(was.get(t, []))} rows before, {len(now.get(t, []))} after; e.g. "
+               f"{sorted(set(now.get(t, [])) ^ set(was.get(t, [])))[:1]})"
+               for t in sorted(was.keys() | now.keys())
+               if (was.get(t) != now.get(t) if (os.path.realpath(path), t) in tables
+                   else len(was.get(t, [])) != len(now.get(t, [])))]
+        return f"{path}: tables {', '.join(bad)}" if bad else ""
+
+    def test_purge_archive_unpurge_and_resume(self, mux: Mux) -> None:
+        w = self._world(mux, self.has_children)
+        sizes: dict[str, int] = {}
+        before = self._contents(mux, sizes)
+        report = self._ok(mux, "archive", "purge", w.main["id"], "--archive", "--yes", "--json")
+        assert report["residual"] == [] and report.get("archive"), f"[archive] {report}"
+        left = self._holding(mux, [*w.texts, *w.child_texts])
+        assert not left, f"[archive] after `purge --archive` these files still hold the conversation: {sorted(left)}"
+        assert self._row(mux, "archive", w.neighbour["id"], all_records=True)["resumable"] is True
+
+        done = self._ok(mux, "unpurge", "unpurge", report["archive"], "--json")
+        assert done["restored"], f"[unpurge] nothing restored: {done}"
+        archived = self._ok(mux, "unpurge", "archives", "show", report["archive"], "--json")
+        tables = {(i["place"], i["table"]) for i in archived["items"] if i["kind"] == "rows"}
+        after = appended_only(before, sizes, self._contents(mux))
+        changed = [self._difference(p, before[p], after.get(p), tables) for p in sorted(before)]
+        changed = [c for c in changed if c]
+        assert not changed, f"[unpurge] not back as it was: {'; '.join(changed[:8])}"
+        cid = w.main["conversation_id"]
+        row = self._row(mux, "unpurge", w.main["id"], all_records=True)
+        assert row["resumable"] is True, f"[unpurge] conversation {cid} is back on disk but not resumable: {row}"
+
+        resumed = self._ok(mux, "resume", "resume", w.main["id"], "--json")
+        assert resumed["conversation_id"] == cid, f"[unpurge] resumed into {resumed['conversation_id']}, not {cid}"
+        probe = unique_text("after unpurge")
+        self.converse(mux, resumed["pane"], probe)
+        sent = self.model_requests(mux)
+        if sent is not None:
+            last = [body for body in sent if probe in body]
+            assert last and w.texts[0] in last[-1], \
+                f"[unpurge] the resumed agent sent {probe!r} without its earlier turn {w.texts[0]!r}"
+        row = self._row(mux, "unpurge", w.main["id"])
+        assert row["state"] == "running" and row["conversation_id"] == cid, f"[unpurge] after a turn: {row}"

@@ -112,7 +112,8 @@ def purge(host, rid: str, conversation_id: str) -> str:
     first = f"stopped {rec.name} ({report.stopped['outcome']}), " if report.stopped else ""
     if report.residual:
         raise MuxhostError(f"purge incomplete: {len(report.residual)} item(s) left: {report.residual[0]}", 5)
-    return f"{first}purged {report.agent} conversation {report.conversation_id}: {len(report.removed)} removed"
+    kept = f"; archived: muxhost unpurge {report.archive.rsplit('/', 1)[-1]}" if report.archive else ""
+    return f"{first}purged {report.agent} conversation {report.conversation_id}: {len(report.removed)} removed{kept}"
 
 
 def rm_plan(host, rid: str) -> list[str]:

@@ -39,7 +39,7 @@ from typing import Any, Iterable
 
 import psutil
 
-from muxhost.api import UUID_PATTERN, Agent, AgentContext, Launch, NotFound, artifacts, hookimpl, kit
+from muxhost.api import UUID_PATTERN, Activity, Agent, AgentContext, Launch, NotFound, artifacts, hookimpl, kit
 from muxhost_claude.activity import registry_activity, transcript_activity
 
 __all__ = ["ClaudeAgent", "project_folder_name", "java_string_hash", "registry_entry_live", "registry_activity",
@@ -334,7 +334,7 @@ class ClaudeAgent(Agent):
             return ctx.conversation_id
         return None
 
-    def activity(self, ctx: AgentContext, screen: str | None) -> str | None:
+    def activity(self, ctx: AgentContext, screen: str | None) -> Activity | None:
         """claude's own ``status`` in the live registry of the pane's claude (its start time checked):
         :func:`registry_activity`. No live entry, or none with a status (a torn read: claude rewrites
         the file in place): the end of the conversation's own transcript, :func:`transcript_activity`
@@ -346,17 +346,19 @@ class ClaudeAgent(Agent):
         if entry is not None:
             answer = registry_activity(entry)
             if answer is not None:
-                return answer
+                return Activity(answer, f"registry: sessions/{entry.get('pid')}.json status {entry.get('status')!r}")
             cid = entry.get("sessionId") if self.valid_id(entry.get("sessionId")) else cid
         if not self.valid_id(cid):
             return None
         transcript = paths.transcript(cid) if ctx.cwd else None
         if transcript is not None:
-            return transcript_activity(transcript)
+            answer = transcript_activity(transcript)
+            return None if answer is None else Activity(answer, f"transcript: the last entries of {transcript.name}")
         key = (str(paths.projects), cid)
         if key not in _ELSEWHERE:
             if not paths.anywhere(cid):
-                return "idle"  # claude writes the transcript with the first prompt: none yet, at its prompt
+                # claude writes the transcript with the first prompt: none yet, at its prompt
+                return Activity("idle", "transcript: none yet (claude writes it with the first prompt)")
             _ELSEWHERE.add(key)  # (a transcript does not go while claude runs: not globbed every pass)
         return None
 

@@ -24,7 +24,7 @@ import re
 import time
 from pathlib import Path
 
-from muxhost.api import Agent, AgentContext, Launch, hookimpl, kit
+from muxhost.api import Activity, Agent, AgentContext, Launch, hookimpl, kit
 from muxhost_codex.activity import (APPROVAL_FOOTER, APPROVAL_WORDS, QUESTION_FOOTER, TURN_CLOSED, TURN_OPEN,
                                     _turns, asks_user, last_turn, parse_ts_ms)  # noqa: F401  (the names it had)
 
@@ -371,7 +371,7 @@ class CodexAgent(Agent):
 
     # -- activity -------------------------------------------------------------------------------
 
-    def activity(self, ctx: AgentContext, screen: str | None) -> str | None:
+    def activity(self, ctx: AgentContext, screen: str | None) -> Activity | None:
         """``waiting`` while the screen ends in an approval prompt or a question (codex writes
         neither to its rollout). Else the rollout of the record's thread (which thread that is, is
         ``discover``'s to say: the watch asks it every pass until the record has one): ``working``
@@ -379,16 +379,18 @@ class CodexAgent(Agent):
         is open; ``idle`` once closed. A turn opened before this launch (a killed codex left it) is
         closed. No thread or no rollout yet: no opinion."""
         if screen is not None and asks_user(screen):
-            return "waiting"
+            return Activity("waiting", "screen: an approval prompt or a question at the bottom")
         home = codex_home(ctx)
         tid = ctx.conversation_id
         path = rollout_of(ctx, home, tid) if tid else None
         turn = last_turn(path) if path else None
         if turn is None:
             return None
-        if self._open(turn, ctx) or self._sub_agent_working(ctx, home, tid):
-            return "working"
-        return "idle"
+        if self._open(turn, ctx):
+            return Activity("working", f"rollout: the last turn of {path.name} is open")
+        if self._sub_agent_working(ctx, home, tid):
+            return Activity("working", "rollout: a sub-agent's last turn is open (state database: its spawn edge)")
+        return Activity("idle", f"rollout: the last turn of {path.name} closed")
 
     @staticmethod
     def _open(turn: tuple[bool, float] | None, ctx: AgentContext) -> bool:

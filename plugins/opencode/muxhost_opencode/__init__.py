@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable
 
 import psutil
 
-from muxhost.api import Agent, AgentContext, Launch, MuxhostError, Proc, artifacts, hookimpl, kit
+from muxhost.api import Activity, Agent, AgentContext, Launch, MuxhostError, Proc, artifacts, hookimpl, kit
 from muxhost_opencode.activity import ACTIVITY_TIMEOUT, NEXT_STEP_MS, asks_user, turn_state  # noqa: F401
 
 __all__ = ["OpenCodeAgent", "asks_user", "muxhost_register_agents", "session_from_argv", "turn_state"]
@@ -241,18 +241,19 @@ class OpenCodeAgent(Agent):
     def exists(self, ctx: AgentContext, conversation_id: str) -> bool:
         return bool(self._query(ctx, "select 1 from session where id = ?", (conversation_id,)))
 
-    def activity(self, ctx: AgentContext, screen: str | None) -> str | None:
+    def activity(self, ctx: AgentContext, screen: str | None) -> Activity | None:
         """``waiting`` while a dialog asks at the bottom of ``screen`` (:func:`asks_user`); else what
         the record's session's last message says (:func:`turn_state`); None when it cannot be read.
         Before the host knows the session (the watch asks ``discover`` every pass until it does):
         ``idle`` while no session was made in its folder since the launch (not prompted yet), else
         no opinion — which session is this agent's is for ``discover``, with every other record's claimed."""
         if screen is not None and asks_user(screen):
-            return "waiting"
+            return Activity("waiting", "screen: a permission or question dialog at the bottom")
         sid, db = ctx.conversation_id, self.db_path(ctx)
         if sid is None and db is not None:
             try:
-                return "idle" if ctx.cwd and not self._fresh(ctx) else None
+                fresh = not ctx.cwd or self._fresh(ctx)
+                return None if fresh else Activity("idle", f"database: no session in {ctx.cwd} since the launch")
             except (OSError, sqlite3.Error, MuxhostError):
                 return None
         if sid is None or db is None or not db.is_file():
@@ -262,7 +263,8 @@ class OpenCodeAgent(Agent):
         except (OSError, sqlite3.Error, MuxhostError):
             return None
         try:
-            return turn_state(con, sid, int(ctx.launched_at * 1000))
+            answer = turn_state(con, sid, int(ctx.launched_at * 1000))
+            return None if answer is None else Activity(answer, f"database: the last message of session {sid}")
         except (sqlite3.Error, TypeError):  # malformed JSON, another schema, a value of another type
             return None
         finally:

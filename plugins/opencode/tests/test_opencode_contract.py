@@ -37,6 +37,9 @@ class TestOpenCodeContract(AgentContract):
         cfg.parent.mkdir(parents=True, exist_ok=True)
         cfg.write_text(json.dumps(self.llm.config, indent=1))
 
+    def model_requests(self, mux):
+        return [json.dumps(r) for r in list(self.llm.requests)]
+
     def converse(self, mux, pane, text):
         screen = mux.wait_screen(pane, READY, timeout=40)
         answer = self.words["noted"](text)
