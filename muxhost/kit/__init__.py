@@ -17,6 +17,8 @@ Nothing is loaded before it is used: ``kit.sqlite`` (after ``from muxhost.api im
 - :mod:`muxhost.kit.net` when the agent last heard from the network (``quiet_for``: the kernel's
   ``tcp_info`` of its TCP connections, Linux) and ``stalled``: the evidence of a turn that waits on
   a model that sends nothing, for ``Agent.activity``;
+- :mod:`muxhost.kit.conversations` every conversation on disk (``Agent.conversations``), read-only and
+  cheap: a folder of JSONL transcripts, rollout files, a sessions table; titles from the first lines;
 - on :class:`~muxhost.agent.AgentContext`: ``ctx.find_binary(name, install_hint)`` and
   ``ctx.resolve(path)`` (``~`` is the AGENT's HOME, a relative path is the agent's cwd's).
 
@@ -32,7 +34,7 @@ All three: the before/after diff of ``purge`` (``removed`` = plan minus residual
 labels are the host's once ``artifacts`` returns typed artifacts.
 """
 
-MODULES = ("holders", "sqlite", "jsonl", "flock", "family", "command", "net")
+MODULES = ("holders", "sqlite", "jsonl", "flock", "family", "command", "net", "conversations")
 
 
 def __getattr__(name: str):
