@@ -250,6 +250,6 @@ cli = main  # the name earlier code and tests call
 
 
 def __getattr__(name: str) -> Any:  # the table helpers, where they were (muxhost.cli.short_id)
-    if name in ("short_id", "short_path", "_ago"):
-        return getattr(import_module("muxhost.cli.ls"), name)
+    if name in ("short_id", "short_path"):
+        return getattr(import_module("muxhost.cli.output"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
