@@ -204,7 +204,7 @@ def _print_warnings(host) -> None:
 def _run(argv: list[str]) -> int:
     from muxhost.remote import dispatch
 
-    if (forwarded := dispatch(argv)) is not None:  # REF@HOST, launch --host, remote-serve
+    if (forwarded := dispatch(argv, main)) is not None:  # REF@HOST, launch --host, remote-serve
         return forwarded
     parser = build_parser(full=False)
     args = parser.parse_args(argv, argparse.Namespace(agent_args=[]))

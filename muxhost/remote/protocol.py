@@ -21,9 +21,12 @@ import re
 import sys
 from typing import Any
 
-from muxhost import __version__
-from muxhost.remote import REF_VERBS
+from typing import Callable
 
+from muxhost import __version__
+
+#: verbs whose first positional argument is a REF (``stop``/``sleep``: every positional is one)
+REF_VERBS = ("show", "stop", "resume", "purge", "rm", "sleep", "wake", "send", "wait", "read", "attach")
 SCHEMA = 1
 SERVE_VERB = "remote-serve"
 PROTOCOL = "muxhost-remote"
@@ -66,15 +69,15 @@ def incompatible(doc: dict[str, Any]) -> str | None:
             f"speaks schema {SCHEMA}: install muxhost {__version__} there")
 
 
-def serve() -> int:
-    """``muxhost remote-serve``: read one request on stdin, run its verb here, as the caller's
-    ``cli`` would; print the header first. Called by ssh on the remote side. (Nothing outlives the
+def serve(run_cli: Callable[[list[str]], int]) -> int:
+    """``muxhost remote-serve``: read one request on stdin, run its verb here with ``run_cli`` (the
+    CLI's ``main``), as the caller's ``cli`` would; print the header first. Called by ssh on the remote side. (Nothing outlives the
     call: the CLI may run many times in one process.)"""
     global _serving
     stdin = sys.stdin
     _serving = True
     try:
-        return _serve(stdin)
+        return _serve(stdin, run_cli)
     finally:
         _serving = False
         if sys.stdin is not stdin:
@@ -82,7 +85,7 @@ def serve() -> int:
             sys.stdin = stdin
 
 
-def _serve(stdin) -> int:
+def _serve(stdin, run_cli: Callable[[list[str]], int]) -> int:
     line = stdin.buffer.readline(MAX_REQUEST) if hasattr(stdin, "buffer") else stdin.readline(MAX_REQUEST).encode()
     print(header(), flush=True)
     try:
@@ -114,10 +117,3 @@ def _serve(stdin) -> int:
         argv = [argv[0], *(f"--env={k}={v}" for k, v in env.items()), *argv[1:]]
     sys.stdin = open(os.devnull)  # the request was stdin: a verb that asks gets no answer, as in a script
     return run_cli(argv)
-
-
-def run_cli(argv: list[str]) -> int:
-    """The CLI's entry point with ``argv`` (its exit code)."""
-    from muxhost.cli import main
-
-    return main(argv)
