@@ -20,8 +20,8 @@ honestly: see its docstring.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Iterable
+from dataclasses import dataclass, field
+from typing import Iterable, NamedTuple
 
 import psutil
 
@@ -48,8 +48,15 @@ class Evidence:
     progress: float | None = None   # the latest time it printed or used CPU, as far as known
 
 
-def judge(ev: Evidence, now: float, stall_after: float) -> str:
-    """The state the evidence shows (the rule, for every agent):
+class Verdict(NamedTuple):
+    """The rule's answer: the state, and which branch of the rule decided, in words (``explain``)."""
+
+    state: str
+    rule: str
+
+
+def decide(ev: Evidence, now: float, stall_after: float) -> Verdict:
+    """The state the evidence shows, and why (the rule, for every agent):
 
     - the plugin says ``waiting`` (or ``stalled``): that;
     - the plugin says ``idle``: ``working`` while a non-resident child uses CPU (a tool still runs;
@@ -59,27 +66,56 @@ def judge(ev: Evidence, now: float, stall_after: float) -> str:
     - no opinion: ``working`` while it prints or uses CPU (for :data:`RECENT` seconds after), else
       ``idle``."""
     if ev.plugin in ("waiting", "stalled"):
-        return ev.plugin
+        return Verdict(ev.plugin, f"the plugin says {ev.plugin}")
     if ev.plugin == "idle":
-        return "working" if ev.tool_busy else "idle"
+        if ev.tool_busy:
+            return Verdict("working", "the plugin says idle, but a non-resident child used CPU (a tool still runs)")
+        return Verdict("idle", "the plugin says idle, and no non-resident child used CPU")
     silent = None if ev.progress is None else now - ev.progress
     if ev.plugin == "working":
-        return "stalled" if not ev.busy and silent is not None and silent >= stall_after else "working"
-    return "working" if ev.busy or (silent is not None and silent < RECENT) else "idle"
+        if not ev.busy and silent is not None and silent >= stall_after:
+            return Verdict("stalled", f"the plugin says working, but nothing printed and no non-resident process "
+                                      f"used CPU for {silent:.0f} s >= stall_after {stall_after:g} s")
+        why = ("a non-resident process used CPU" if ev.busy else "no output seen yet" if silent is None
+               else f"last output or CPU {silent:.0f} s ago < stall_after {stall_after:g} s")
+        return Verdict("working", f"the plugin says working ({why})")
+    if ev.busy:
+        return Verdict("working", "no opinion from the plugin; a non-resident process used CPU")
+    if silent is not None and silent < RECENT:
+        return Verdict("working", f"no opinion from the plugin; output {silent:.1f} s ago < {RECENT:g} s")
+    return Verdict("idle", "no opinion from the plugin; no CPU, and " + (
+        "no output seen" if silent is None else f"no output for {silent:.0f} s >= {RECENT:g} s"))
+
+
+def judge(ev: Evidence, now: float, stall_after: float) -> str:
+    """The state the evidence shows: :func:`decide`'s, without the words."""
+    return decide(ev, now, stall_after).state
 
 
 def first_since(state: str, last_output: float | None, progress: float | None, stall_after: float,
                 now: float, started: float | None = None) -> float | None:
-    """Since when ``state`` holds, seen in one look: ``idle`` and ``waiting`` since the last output
-    (the prompt, the question), ``stalled`` since ``stall_after`` after the last sign of life;
-    ``working`` is not known from one look (None). Never before ``started`` (the record's
-    ``launched_at``: a launch, resume, wake or restore starts the clock afresh; the pane's last
-    output may be its stub's, from before the wake)."""
+    """Since when ``state`` holds, seen in one look: :func:`clock`'s time."""
+    return clock(state, last_output, progress, stall_after, now, started)[0]
+
+
+def clock(state: str, last_output: float | None, progress: float | None, stall_after: float,
+          now: float, started: float | None = None) -> tuple[float | None, str]:
+    """Since when ``state`` holds, seen in one look, and what set that time: ``idle`` and
+    ``waiting`` since the last output (the prompt, the question), ``stalled`` since ``stall_after``
+    after the last sign of life; ``working`` is not known from one look (None). Never before
+    ``started`` (the record's ``launched_at``: a launch, resume, wake or restore starts the clock
+    afresh; the pane's last output may be its stub's, from before the wake)."""
     if state in ("idle", "waiting") and last_output is not None:
-        return min(max(last_output, started or 0.0), now)
-    if state == "stalled" and progress is not None:
-        return min(max(progress + stall_after, started or 0.0), now)
-    return None
+        at, what = last_output, "the pane's last output"
+    elif state == "stalled" and progress is not None:
+        at, what = progress + stall_after, f"stall_after ({stall_after:g} s) after the last output or CPU"
+    elif state == "working":
+        return None, "one look cannot tell since when it works"
+    else:
+        return None, "unknown: the backend does not tell when the pane last printed"
+    if started is not None and started > at:
+        at, what = started, "its launch, resume, wake or restore (launched_at)"
+    return min(at, now), what
 
 
 def untouched_since(idle_since: float | None, last_input: float | None) -> float | None:
@@ -160,6 +196,21 @@ def _cpu(keys: Iterable[tuple[int, float]]) -> dict[tuple[int, float], float]:
     return out
 
 
+@dataclass
+class Look:
+    """One look at one running record: the evidence the rule weighs, and what it was made of
+    (``explain`` shows it)."""
+
+    live: object
+    agent: Agent | None
+    evidence: Evidence
+    resident: list[procs.Proc]                 # processes that matched the agent's resident_children
+    tools: list[procs.Proc]                    # everything else under the agent
+    screen: str | None = None                  # the screen the plugin was asked with (None: none)
+    sampled: list[procs.Proc] = field(default_factory=list)   # the processes whose CPU was sampled
+    cpu: dict[tuple[int, float], float] = field(default_factory=dict)  # each one's share of a core
+
+
 class ActivityOps:
     """What each running record is doing, by one look, given the host's :class:`muxhost.core.Core`
     (the watch is :mod:`muxhost.watching`)."""
@@ -173,13 +224,9 @@ class ActivityOps:
         When a watch runs on the record's server (its ``@muxhost_watch`` names a live process), what
         it published for the pane is the answer: it has watched output and CPU over time.
 
-        Otherwise one look, and only what one look can know: the plugin's answer from what it reads
-        itself (``screen`` None), asked again with the screen (one capture round trip for all of
-        them) where it said ``working`` or nothing and reads screens — a question on the screen may
-        be all there is to see; the time of the pane's last output (the backend's), and — only for
-        the records whose state depends on it — the CPU their non-resident processes use over one
-        short sample (:data:`SAMPLE`, shared by all). ``since`` is the last output for ``idle`` and
-        ``waiting``, ``stall_after`` after it for ``stalled``, and unknown (None) for ``working``."""
+        Otherwise one look (:meth:`look`), and only what one look can know. ``since`` is the last
+        output for ``idle`` and ``waiting``, ``stall_after`` after it for ``stalled``, and unknown
+        (None) for ``working``."""
         now = time.time()
         stall_after = float(self.core.config.watch("stall_after"))
         todo = []
@@ -190,54 +237,70 @@ class ActivityOps:
                 lv.activity, lv.activity_since = lv.pane.activity, lv.pane.activity_since
             else:
                 todo.append(lv)
-        if not todo:
-            return
-        answers = self._answers(todo, view.table)
+        for lk in self.look(todo, view.table, now, stall_after) if todo else ():
+            lv = lk.live
+            lv.activity = judge(lk.evidence, now, stall_after)
+            lv.activity_since = first_since(lv.activity, lv.pane.last_output, lk.evidence.progress, stall_after, now,
+                                            lv.rec.launched_at)
+
+    def look(self, todo: list, table: procs.ProcessTable, now: float, stall_after: float,
+             sample: float | None = None) -> list[Look]:
+        """One look at each running record of ``todo``: the plugin's answer from what it reads
+        itself (``screen`` None), asked again with the screen (one capture round trip for all of
+        them) where it said ``working`` or nothing and reads screens — a question on the screen may
+        be all there is to see; the time of the pane's last output (the backend's), and — only for
+        the records whose state depends on it, or all of them when ``sample`` is given (seconds) —
+        the CPU their non-resident processes use over one short sample (:data:`SAMPLE`, shared; with
+        ``sample``, every process of the tree is sampled, the resident ones shown but never counted)."""
+        answers, screens = self._answers(todo, table)
         looks = []
         for lv in todo:
             agent = self.core.registry.agents.get(lv.rec.agent)
             out = lv.pane.last_output  # (to the second, maybe: the end of that second, to be sure)
             ev = Evidence(answers[id(lv)], progress=None if out is None else min(out + 1, now))
-            _, tools = split_tree(agent, lv.tree)
+            resident, tools = split_tree(agent, lv.tree)
             silent = None if ev.progress is None else now - ev.progress
-            sample = ((ev.plugin == "idle" and tools)
+            wanted = (sample is not None or (ev.plugin == "idle" and tools)
                       or (ev.plugin == "working" and silent is not None and silent >= stall_after)
                       or (ev.plugin is None and not (silent is not None and silent < RECENT)))
-            looks.append((ev, [*lv.tree[:1], *tools] if sample else [], {p.key for p in tools}))
-        _sample_cpu(looks)
-        for lv, (ev, _, _) in zip(todo, looks):
-            lv.activity = judge(ev, now, stall_after)
-            lv.activity_since = first_since(lv.activity, lv.pane.last_output, ev.progress, stall_after, now,
-                                            lv.rec.launched_at)
+            sampled = list(lv.tree) if sample is not None else [*lv.tree[:1], *tools] if wanted else []
+            looks.append(Look(lv, agent, ev, resident, tools, screens.get(id(lv)), sampled))
+        _sample_cpu(looks, SAMPLE if sample is None else sample)
+        return looks
 
-    def _answers(self, todo: list, table: procs.ProcessTable) -> dict[int, str | None]:
+    def _answers(self, todo: list, table: procs.ProcessTable) -> tuple[dict[int, str | None], dict[int, str]]:
         """Each record's plugin answer (by ``id`` of its Live) from one look: what the plugin reads
         itself, then — an answer of "working" (or none) from a plugin that reads screens may hide a
         question on the screen (an approval prompt writes nothing to disk) — with its screen, one
-        capture round trip per server."""
+        capture round trip per server; and the screens it was asked with."""
         agents = self.core.registry.agents
         answers = {id(lv): ask_plugin(self.core, a, lv, None, table) if (a := agents.get(lv.rec.agent)) else None
                    for lv in todo}
+        asked: dict[int, str] = {}
         again = [lv for lv in todo if answers[id(lv)] in (None, "working") and needs_screen(agents.get(lv.rec.agent))]
         for backend in {id(b): b for b in (self.core.backend_of(lv.rec) for lv in again)}.values():
             mine = [lv for lv in again if self.core.backend_of(lv.rec) is backend]
             screens = backend.screens([lv.pane.pane_id for lv in mine])
             for lv in mine:
                 if lv.pane.pane_id in screens:
-                    answers[id(lv)] = ask_plugin(self.core, agents[lv.rec.agent], lv, screens[lv.pane.pane_id], table)
-        return answers
+                    asked[id(lv)] = screens[lv.pane.pane_id]
+                    answers[id(lv)] = ask_plugin(self.core, agents[lv.rec.agent], lv, asked[id(lv)], table)
+        return answers, asked
 
 
-def _sample_cpu(looks: list[tuple[Evidence, list[procs.Proc], set[tuple[int, float]]]]) -> None:
-    """One short CPU sample (:data:`SAMPLE`) shared by every look that needs one: sets each one's
-    ``busy`` (its processes used CPU) and ``tool_busy`` (those of ``tool keys`` did)."""
-    keys = {p.key for _, own, _ in looks for p in own}
+def _sample_cpu(looks: list[Look], seconds: float) -> None:
+    """One short CPU sample (``seconds``) shared by every look that needs one: sets each one's
+    ``busy`` (its non-resident processes used CPU), ``tool_busy`` (its tools did) and ``cpu``."""
+    keys = {p.key for lk in looks for p in lk.sampled}
     if not keys:
         return
     t0, before = time.monotonic(), _cpu(keys)
-    time.sleep(SAMPLE)
+    time.sleep(seconds)
     after, dt = _cpu(keys), time.monotonic() - t0
-    for ev, own, tool_keys in looks:
-        used = {k: after[k] - before[k] for k in (p.key for p in own) if k in before and k in after}
-        ev.busy = sum(used.values()) >= CPU_BUSY * dt
-        ev.tool_busy = sum(v for k, v in used.items() if k in tool_keys) >= CPU_BUSY * dt
+    for lk in looks:
+        used = {k: after[k] - before[k] for k in (p.key for p in lk.sampled) if k in before and k in after}
+        tool_keys = {p.key for p in lk.tools}
+        lk.cpu = {k: v / dt for k, v in used.items()}
+        own = tool_keys | {p.key for p in lk.live.tree[:1]}  # (a resident's CPU is never work)
+        lk.evidence.busy = sum(v for k, v in used.items() if k in own) >= CPU_BUSY * dt
+        lk.evidence.tool_busy = sum(v for k, v in used.items() if k in tool_keys) >= CPU_BUSY * dt

@@ -52,7 +52,11 @@ SCHEMA: dict[str, Any] = {
     # `launch --worktree NAME`: worktrees go to ROOT/<repo folder>-<NAME> (default ROOT: the repo's
     # parent folder; `~` expanded; a relative ROOT is taken from the repo's top-level folder)
     "worktree": {"root": _STR},
+    "purge": {"archive": _BOOL},  # purge into an archive by default (`purge --no-archive` for one without)
     "hosts": _ANY_MAP,        # remote hosts over ssh: checked by muxhost.remote.hosts (docs/remote.md)
+    # the watch's notifications (muxhost.notify, the `notify` extra): apprise URLs, which changes,
+    # and the working spell after which an agent idle again is `done`
+    "notify": {"urls": _STRLIST, "events": _STRLIST, "done_after": _NUM},
 }
 
 #: the most seconds a setting or a flag takes (a year): finite, and within what sleeps and waits take
@@ -67,6 +71,8 @@ def seconds_ok(value: Any) -> bool:
 
 DEFAULTS = {"exit_grace": 5.0, "term_grace": 1.0, "hup_grace": 0.5, "exit_pause": 0.5}
 WATCH_DEFAULTS: dict[str, Any] = {"interval": 1.0, "stall_after": 600.0, "sleep_after": None, "alert": True}
+NOTIFY_EVENTS = ("waiting", "done", "stalled", "failed")
+NOTIFY_DEFAULTS: dict[str, Any] = {"urls": [], "events": list(NOTIFY_EVENTS), "done_after": 60.0}
 
 
 class Config:
@@ -89,6 +95,16 @@ class Config:
         """A ``watch:`` setting, else its default (:data:`WATCH_DEFAULTS`)."""
         value = (self.data.get("watch") or {}).get(key)
         return WATCH_DEFAULTS[key] if value is None else value
+
+    def notify(self, key: str) -> Any:
+        """A ``notify:`` setting, else its default (:data:`NOTIFY_DEFAULTS`)."""
+        value = (self.data.get("notify") or {}).get(key)
+        return NOTIFY_DEFAULTS[key] if value is None else value
+
+    @property
+    def purge_archive(self) -> bool:
+        """``purge.archive``: every purge keeps an archive first (default false)."""
+        return bool((self.data.get("purge") or {}).get("archive", False))
 
     @property
     def socket_name(self) -> str | None:
@@ -159,6 +175,7 @@ def parse(text: str, path: str = "<config>") -> Config:
     cfg.lines = lines
     if (cfg.data.get("worktree") or {}).get("root") == "":
         raise cfg.error("worktree.root", "must not be empty")
+    _check_notify(cfg)
     for name, entry in cfg.agents.items():
         if "id_pattern" in entry:
             try:
@@ -169,6 +186,16 @@ def parse(text: str, path: str = "<config>") -> Config:
             if key in entry and not entry[key]:
                 raise cfg.error(f"agents.{name}.{key}", "must not be empty")
     return cfg
+
+
+def _check_notify(cfg: Config) -> None:
+    """``notify.urls`` holds no empty URL; ``notify.events`` names only known events."""
+    notify = cfg.data.get("notify") or {}
+    if any(not url.strip() for url in notify.get("urls") or []):
+        raise cfg.error("notify.urls", "an empty URL (each is an apprise URL: ntfy://TOPIC, json://HOST:PORT/PATH, …)")
+    for event in notify.get("events") or []:
+        if event not in NOTIFY_EVENTS:
+            raise cfg.error("notify.events", f"unknown event {event!r} (known: {', '.join(NOTIFY_EVENTS)})")
 
 
 def _fail(path: str, node, key: str, message: str) -> ConfigError:

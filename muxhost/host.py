@@ -15,14 +15,18 @@ Each operation is a module with its own object, given the core and the operation
 - :mod:`muxhost.launching` (``Launching``): launch, resume — refusals → locks → the pane;
 - :mod:`muxhost.purging` (``Purging``): **purge** — refusals (in use) → the plan (:mod:`muxhost.plans`)
   → veto → carried out, under the conversation's lock; ``--stop``: the ladder first;
+- :mod:`muxhost.unpurging` (``Unpurging``): **unpurge** a purge archive (:mod:`muxhost.archive`), and ``archives``;
 - :mod:`muxhost.sleeping` (``Sleeping``): sleep (the ladder, keeping the pane) and wake (resume);
 - :mod:`muxhost.restoring` (``Restoring``): restore after the pane server died;
 - :mod:`muxhost.fleet` (``Scripting``): send, read; ``wait`` is :meth:`Host.wait`, over :class:`muxhost.passes.Poller`;
 - :mod:`muxhost.worktrees` (``Removal``): ``rm``, and the worktree of ``launch --worktree``;
 - :mod:`muxhost.activity` (``ActivityOps``): what each agent is doing, by one look;
+- :mod:`muxhost.explaining` (``Explaining``): ``explain``: what that look read and which rule decided;
 - :mod:`muxhost.passes`: **the watch pass** — observe (one pane query, one process pass, the screens that
   moved) → judge (pure) — shared by the watch and ``wait``;
-- :mod:`muxhost.watching` (``WatchOps``, ``Watch``): the watch: a pass per interval, then publish.
+- :mod:`muxhost.watching` (``WatchOps``, ``Watch``): the watch: a pass per interval, then publish;
+- :mod:`muxhost.inventory` (``Inventory``): every conversation on disk (``conversations``), and ``prune``
+  through the one purge.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ from muxhost.backends import Backend
 from muxhost.config import Config
 from muxhost.core import Core
 from muxhost.errors import MuxhostError, Refused, UsageError
+from muxhost.explaining import Explaining
 from muxhost.fleet import SETTLE, UNTIL, WAIT_INTERVAL, Scripting, other_program
+from muxhost.inventory import Inventory, Row
 from muxhost.ladder import Ladder
 from muxhost.launching import ENV_RE, NAME_RE, Launching
 from muxhost.listing import Listing
@@ -65,6 +71,7 @@ class Host:
         self.locks = Locks(core)
         self.state = State(core)
         self.activity = ActivityOps(core)
+        self.explaining = Explaining(core, self.state, self.activity)
         self.refusals = Refusals(core, self.state)
         self.ladder = Ladder(core, self.state, self.locks)
         self.listing = Listing(core, self.state, self.ladder, self.activity)
@@ -75,7 +82,9 @@ class Host:
         self.restoring = Restoring(core, self.state, self.locks, self.launching, self.sleeping)
         self.scripting = Scripting(core, self.state)
         self.removal = Removal(core, self.state, self.locks, self.refusals, self.purging)
+        self._unpurging = None
         self.watching = WatchOps(self)
+        self.inventory = Inventory(core, self.state, self.launching, self.purge)
 
     # -- what every operation shares (muxhost.core) ------------------------------------------------
     @property
@@ -153,6 +162,9 @@ class Host:
     def activities(self, lives: list, view) -> None:
         return self.activity.activities(lives, view)
 
+    def explain(self, rec: Record) -> dict[str, Any]:
+        return self.explaining.explain(rec)
+
     # -- launch, resume ------------------------------------------------------------------------------
     def agent_env(self, base: dict[str, str], home: str | None, agent_name: str,
                   extra: Iterable[str] = ()) -> tuple[str, dict[str, str]]:
@@ -205,16 +217,42 @@ class Host:
     def purge(self, *, rec: Record | None = None, agent_name: str | None = None,
               conversation_id: str | None = None, home: str | None = None, dry_run: bool = False,
               stop: bool = False, confirm: Callable[[PurgeReport], bool] | None = None,
-              ctx: AgentContext | None = None, confirmed: str | None = None) -> PurgeReport:
+              ctx: AgentContext | None = None, confirmed: str | None = None,
+              archive: bool | None = None) -> PurgeReport:
         return self.purging.purge(rec=rec, agent_name=agent_name, conversation_id=conversation_id, home=home,
-                                  dry_run=dry_run, stop=stop, confirm=confirm, ctx=ctx, confirmed=confirmed)
+                                  dry_run=dry_run, stop=stop, confirm=confirm, ctx=ctx, confirmed=confirmed,
+                                  archive=archive)
 
     def purge_pane(self, pane_id: str, *, dry_run: bool = False, stop: bool = False,
-                   confirm: Callable[[PurgeReport], bool] | None = None, confirmed: str | None = None) -> PurgeReport:
-        return self.purging.purge_pane(pane_id, dry_run=dry_run, stop=stop, confirm=confirm, confirmed=confirmed)
+                   confirm: Callable[[PurgeReport], bool] | None = None, confirmed: str | None = None,
+                   archive: bool | None = None) -> PurgeReport:
+        return self.purging.purge_pane(pane_id, dry_run=dry_run, stop=stop, confirm=confirm, confirmed=confirmed,
+                                       archive=archive)
+
+    @property
+    def unpurging(self):
+        """``unpurge`` and ``archives`` (:mod:`muxhost.unpurging`, imported when first used: start-up)."""
+        if self._unpurging is None:
+            from muxhost.unpurging import Unpurging
+
+            self._unpurging = Unpurging(self.core, self.locks, self.refusals, self.launching)
+        return self._unpurging
+
+    def unpurge(self, ref: str, dry_run: bool = False) -> dict[str, Any]:
+        return self.unpurging.unpurge(ref, dry_run)
 
     def rm(self, rec: Record, *, purge: bool = False, force: bool = False) -> dict[str, Any]:
         return self.removal.rm(rec, purge=purge, force=force)
+
+    # -- every conversation on disk, prune ------------------------------------------------------------
+    def conversations(self, agent: str | None = None, cwd: str | None = None, older_than: float | None = None,
+                      grep: str | None = None) -> list[Row]:
+        return self.inventory.conversations(agent, cwd, older_than, grep)
+
+    def prune(self, older_than: float, *, agent: str | None = None, cwd: str | None = None, dry_run: bool = False,
+              archive: bool = False, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+        return self.inventory.prune(older_than, agent=agent, cwd=cwd, dry_run=dry_run, archive=archive,
+                                    progress=progress)
 
     # -- sleep, wake, restore ------------------------------------------------------------------------
     def sleep_many(self, records: list[Record], grace: float | None = None,

@@ -582,6 +582,10 @@ def _held(lock, timeout: float, path: str | None = None, folder: tuple | None = 
         raise MuxhostError(f"unknown lock {lock!r}")
 
 
+#: the agent's own lock of a shared file held (``held(lock, timeout, path, folder)``): an unpurge holds it too
+held = _held
+
+
 def _rewrite(path: str, arts: list, ctx, notes: list[str], places: list[dict] | None = None) -> None:
     """Every Lines / JsonMember of one shared file in one in-place rewrite under its locks.
     ``places``: what :func:`check` resolved, for the file, then for each of ``arts``."""
@@ -634,9 +638,14 @@ def drop_member(data: bytes, keys: tuple[str, ...], equals: Any = None) -> bytes
                     return new.encode("utf-8")
             except ValueError:
                 continue
+    return dump_like(text, expected)
+
+
+def dump_like(text: str, obj: Any) -> bytes:
+    """``obj`` as a JSON document written the way ``text`` was (its indentation, its final newline)."""
     indent_match = re.search(r"\n([ \t]+)\S", text)
     indent = None if not indent_match else ("\t" if indent_match.group(1).startswith("\t") else len(indent_match.group(1)))
-    out = json.dumps(expected, indent=indent, ensure_ascii=False)
+    out = json.dumps(obj, indent=indent, ensure_ascii=False)
     return (out + ("\n" if text.endswith("\n") else "")).encode("utf-8")
 
 

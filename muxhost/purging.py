@@ -38,8 +38,11 @@ class Purging:
     def purge(self, *, rec: Record | None = None, agent_name: str | None = None,
               conversation_id: str | None = None, home: str | None = None, dry_run: bool = False,
               stop: bool = False, confirm: Callable[[PurgeReport], bool] | None = None,
-              ctx: AgentContext | None = None, confirmed: str | None = None) -> PurgeReport:
-        """validate → in_use → artifacts (the plan) → veto → purge → artifacts (the residual).
+              ctx: AgentContext | None = None, confirmed: str | None = None,
+              archive: bool | None = None) -> PurgeReport:
+        """validate → in_use → artifacts (the plan) → veto → [archive] → purge → artifacts (the residual).
+        ``archive``: keep what goes in an archive first (:mod:`muxhost.archive`); None: config
+        ``purge.archive`` (default false).
         ``confirmed`` (with ``rec``): the id the user said yes to after a dry run, purged exactly; the
         record's conversation is read again first: refused when the record was never in it, and not
         stopped first when it is an earlier one of the record's (its agent is in another by now)."""
@@ -71,19 +74,22 @@ class Purging:
             else:
                 h, env = self.launching.agent_env(dict(os.environ), home, agent.name)
                 ctx = AgentContext(home=h, env=env, cwd=os.getcwd(), config=self.core.config.agent(agent.name))
+        archive = self.core.config.purge_archive if archive is None else archive
         if dry_run:
-            return self._purge(agent, ctx, conversation_id, rec, dry_run=True, stop=stop, view=view)
+            return self._purge(agent, ctx, conversation_id, rec, dry_run=True, stop=stop, view=view, archive=archive)
         # held from the in-use check until the residual is read: a resume or launch of this
         # conversation (and a second purge) that comes meanwhile waits briefly, then is refused
         with self.locks.conversation(agent.name, conversation_id, "purge"):
-            report = self._purge(agent, ctx, conversation_id, rec, stop=stop, confirm=confirm, view=view)
+            report = self._purge(agent, ctx, conversation_id, rec, stop=stop, confirm=confirm, view=view,
+                                 archive=archive)
         if rec is not None and rec.state == "asleep" and rec.conversation_id == conversation_id and not report.residual:
             self.ladder.stop(rec)  # nothing left to wake: its stub goes too
         return report
 
     def _purge(self, agent: Agent, ctx: AgentContext, conversation_id: str, rec: Record | None, *,
                dry_run: bool = False, stop: bool = False,
-               confirm: Callable[[PurgeReport], bool] | None = None, view: "View | None" = None) -> PurgeReport:
+               confirm: Callable[[PurgeReport], bool] | None = None, view: "View | None" = None,
+               archive: bool = False) -> PurgeReport:
         report = PurgeReport(agent=agent.name, conversation_id=conversation_id, record=rec.id if rec else None,
                              home=None if _callers_home(ctx.home) else ctx.home)
         runs, live = False, None
@@ -117,6 +123,8 @@ class Purging:
                 report.refused = None if reason is None else f"purge vetoed: {reason}"
             if runs:
                 ctx.notes.append(f"with --stop, record {rec.id} ({rec.name}) is stopped first")
+            if archive:
+                self._archivable(items, report, ctx)
             report.dry_run = True
             report.notes = list(ctx.notes)
             return report
@@ -124,14 +132,15 @@ class Purging:
             if not confirm(report):
                 raise Refused("purge cancelled")
             # the answer may have taken minutes: who holds it now, and what is there now
+            ctx.processes = None  # (a new process table: the one read before the question is old)
             members = self._family(agent, ctx, conversation_id)
             self.refusals.refuse_held(agent, ctx, conversation_id, members)
             items = self._plan(agent, ctx, members)
-        return self._carry_out(agent, ctx, conversation_id, items, members, report)
+        return self._carry_out(agent, ctx, conversation_id, items, members, report, archive)
 
     def _carry_out(self, agent: Agent, ctx: AgentContext, conversation_id: str, items: list,
-                   members: list[str], report: PurgeReport) -> PurgeReport:
-        """The veto, then the plan carried out (by the host; an older plugin's strings through its own
+                   members: list[str], report: PurgeReport, archive: bool = False) -> PurgeReport:
+        """The veto, the archive (with ``archive``: of these very items, before anything goes), then the plan carried out (by the host; an older plugin's strings through its own
         ``purge``, :func:`muxhost.plans.legacy`), and the residual read; ``report`` filled in."""
         from muxhost import plans  # (start-up: only a purge loads the plans)
 
@@ -140,6 +149,8 @@ class Purging:
                                                       artifacts=list(report.plan))
         if reason is not None:
             raise Refused(f"purge vetoed: {reason}")
+        if archive:
+            report.archive = self._archive(agent, ctx, conversation_id, members, items)
         ran = plans.carry_out(items, ctx, ctx.notes)
         after = self._plan(agent, ctx, self._family(agent, ctx, conversation_id), members)
         left = {i.key for i in after}
@@ -149,6 +160,33 @@ class Purging:
         report.notes = list(ctx.notes)
         purged(agent=agent.name, conversation_id=conversation_id, report=report.to_dict())
         return report
+
+    @staticmethod
+    def _archivable(items: list, report: PurgeReport, ctx: AgentContext) -> None:
+        """A dry run with an archive: why archiving would be refused, else a note that it comes first."""
+        from muxhost import archive
+
+        try:
+            archive.refuse_unnamed_commands(items)
+        except Refused as e:
+            report.refused = report.refused or str(e)
+        else:
+            ctx.notes.append("with --archive, what goes is archived first (`muxhost unpurge` puts it back)")
+
+    def _archive(self, agent: Agent, ctx: AgentContext, conversation_id: str, members: list[str], items: list) -> str:
+        """The archive of the checked plan ``items``, written and fsynced; when an earlier archive of
+        this conversation holds all of it already (a purge that was cut short, run again), that one."""
+        from muxhost import archive
+
+        where = archive.folder(self.core.store.path)
+        path = archive.write(where, items, {"agent": agent.name, "conversation": conversation_id,
+                                            "members": members, "home": ctx.home})
+        earlier = archive.holding(where, path)
+        if earlier is None:
+            return str(path)
+        os.unlink(path)
+        ctx.notes.append(f"the earlier archive {earlier.name} holds all of it: no second archive written")
+        return str(earlier)
 
     def _family(self, agent: Agent, ctx: AgentContext, conversation_id: str) -> list[str]:
         from muxhost import plans
@@ -176,18 +214,20 @@ class Purging:
         return matches[-1] if matches else None
 
     def purge_pane(self, pane_id: str, *, dry_run: bool = False, stop: bool = False,
-                   confirm: Callable[[PurgeReport], bool] | None = None, confirmed: str | None = None) -> PurgeReport:
+                   confirm: Callable[[PurgeReport], bool] | None = None, confirmed: str | None = None,
+                   archive: bool | None = None) -> PurgeReport:
         """Purge the conversation of the agent in ``pane_id``; ``confirmed``: the id the user said
         yes to (the purge key's prompt), purged exactly, and refused if the pane is in another now."""
         loc = self.state.locate(pane_id)
         if confirmed is not None:
             refuse_moved(loc, confirmed)
         if loc.rec is not None:
-            return self.purge(rec=loc.rec, conversation_id=confirmed, dry_run=dry_run, stop=stop, confirm=confirm)
+            return self.purge(rec=loc.rec, conversation_id=confirmed, dry_run=dry_run, stop=stop, confirm=confirm,
+                              archive=archive)
         if not loc.conversation_id:
             raise NotFound(f"the {loc.agent.name} agent in pane {pane_id} has no conversation on disk yet")
         check_id(loc.agent, loc.conversation_id)
         if stop and not dry_run:
             self.ladder.stop_adopted(loc)
         return self.purge(agent_name=loc.agent.name, conversation_id=loc.conversation_id, dry_run=dry_run,
-                          confirm=confirm, ctx=loc.ctx)
+                          confirm=confirm, ctx=loc.ctx, archive=archive)

@@ -12,8 +12,9 @@ Nothing is written when nothing changed; a change is published in one round trip
 ``muxhost tmux-bindings``) and ``@muxhost_watch`` (this process, so ``ls`` knows the values are
 live). Each change also goes to the hook ``muxhost_activity_changed`` and to the caller's ``emit``;
 an agent that starts waiting gets the backend's alert (tmux: a message and the bell) unless
-``watch.alert`` is false. With ``watch.sleep_after`` (seconds), an agent idle that long, with nobody
-typing into its session meanwhile, is put to sleep (``muxhost sleep``).
+``watch.alert`` is false. With ``notify.urls``, each pass's changes go to :mod:`muxhost.notify` (it
+only enqueues; a worker thread sends). With ``watch.sleep_after`` (seconds), an agent idle that long,
+with nobody typing into its session meanwhile, is put to sleep (``muxhost sleep``).
 
 A second watch for the same server is refused (exit 4) naming the first one's pid: the lock file
 ``<state dir>/locks/watch-<server>.lock`` is held (``flock``) for the watch's life, labelled with
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from typing import Any, Callable
 
@@ -70,6 +72,11 @@ class Watch:
 
         self.ident = f"{os.getpid()} {psutil.Process().create_time()}"
         self.gone = False  # the server watched is gone
+        self.emitting = threading.Lock()  # (the notifier's worker emits its warnings too)
+        from muxhost import notify
+
+        #: notify.urls: each pass's changes, told through apprise (None: no URL set)
+        self.notifier = notify.for_watch(host.config, stall_after, self._notify_warning)
 
     @property
     def instance(self) -> str | None:
@@ -103,6 +110,8 @@ class Watch:
                                    self._notes(left) if left else None)
         self.tracks = judged.tracks
         changes = [self._changed(change) for change in judged.changes]
+        if self.notifier is not None and judged.changes:
+            self._notify(judged.changes, sight.now)
         self._publish(judged.left)
         self._sleep_idle(sight.now)
         self.looked = sight.now
@@ -161,8 +170,30 @@ class Watch:
             self.host.warn("-", "muxhost_activity_changed", e, rec)
         if new == "waiting" and change.alert and self.alert and live.pane is not None:
             self.backend.alert(f"muxhost: {rec.name} ({rec.agent}) is waiting for you", live.pane.pane_id)
-        self.emit(line)
+        with self.emitting:
+            self.emit(line)
         return line
+
+    def _notify(self, changes: list[Change], now: float) -> None:
+        """Hand a pass's changes to the notifier, which only enqueues (no channel is waited on); a
+        notifier that fails is a warning line, never the end of the watch."""
+        try:
+            self.notifier.saw(changes, now, self.backend.screens, self._panes_now)
+        except Exception as e:
+            self._notify_warning({"notify": "error", "error": f"{type(e).__name__}: {e}"})
+
+    def _panes_now(self) -> dict[str, Any]:
+        """The server's panes by id, now (a pane an agent left: its exit status)."""
+        return {pane.pane_id: pane for pane in self.backend.snapshot() or []}
+
+    def _notify_warning(self, warning: dict[str, Any]) -> None:
+        """A notification channel failed (or apprise is missing): a line on stderr, and a
+        ``notify`` line for ``emit`` (``watch --json``)."""
+        from muxhost.notify import warning_line
+
+        print(warning_line(warning), file=sys.stderr, flush=True)
+        with self.emitting:
+            self.emit({**warning, "at": round(time.time(), 3)})
 
     def _publish(self, left: list[Track]) -> None:
         """What changed since the last publish, in one round trip: the options of each judged pane,
@@ -212,6 +243,8 @@ class Watch:
                 self._warnings()
                 time.sleep(max(0.0, self.interval - (time.monotonic() - t0)))
         finally:
+            if self.notifier is not None:
+                self.notifier.close()
             try:
                 self.withdraw()
             except Exception:

@@ -53,12 +53,13 @@ def test_config_example_shows_every_key_and_changes_no_default():
     commented-out settings turned on, it is still a valid config."""
     text = (ROOT / "config.example.yaml").read_text()
     for key in ("socket_name", "default_agent", "backend", "root", *config.DEFAULTS, *config.WATCH_DEFAULTS,
-                *config.AGENT_KEYS):
+                *config.AGENT_KEYS, *config.NOTIFY_DEFAULTS):
         assert f"{key}:" in text, key
     as_is = config.parse(text, "config.example.yaml")
     assert as_is.socket_name is None and as_is.agents == {} and as_is.worktree_root is None
     assert {k: as_is.stop(k) for k in config.DEFAULTS} == config.DEFAULTS
     assert {k: as_is.watch(k) for k in config.WATCH_DEFAULTS} == config.WATCH_DEFAULTS
+    assert {k: as_is.notify(k) for k in config.NOTIFY_DEFAULTS} == config.NOTIFY_DEFAULTS
     assert as_is.data.get("default_agent", "demo") == "demo" and as_is.data.get("backend", "tmux") == "tmux"
     # every commented-out setting, turned on: `# key: value` lines (prose comments have no `key:` first)
     on = re.sub(r"^(\s*)# ?(?=[a-z_]+:|  |\s*#)", r"\1", text, flags=re.M)
@@ -66,6 +67,7 @@ def test_config_example_shows_every_key_and_changes_no_default():
     assert turned_on.socket_name == "agents" and turned_on.watch("sleep_after") == 3600
     assert turned_on.agents["aider"]["command"] == ["aider", "--no-auto-commits"]
     assert turned_on.agents["claude"]["args"] == ["--model", "sonnet"]
+    assert turned_on.notify("urls") == ["ntfy://my-topic", "json://127.0.0.1:8080/hook"]
 
 
 def test_rewrite_keeps_a_concurrent_appenders_lines(tmp_path):

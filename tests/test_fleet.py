@@ -238,7 +238,9 @@ def test_the_watch_puts_idle_agents_to_sleep(mux):
     rec = demo(mux, "dozy")
     with Watching(mux) as w:
         try:
-            wait_for(lambda: row(mux, rec["id"])["state"] == "asleep", timeout=15, what="asleep by the watch")
+            # asleep, with the stub's pane (herdr: the record says asleep a moment before the new pane is written)
+            wait_for(lambda: (r := row(mux, rec["id"]))["state"] == "asleep" and r["pane"], timeout=15,
+                     what="asleep by the watch, in the stub's pane")
         except AssertionError as e:
             w.stop()  # (what its `muxhost sleep` said is on the watch's stderr)
             raise AssertionError(f"{e}; the record: {row(mux, rec['id'])}; the watch's changes: {w.changes}; "

@@ -28,10 +28,13 @@ COMMANDS = {
     "launch": "start an agent in a new tmux pane and print its record",
     "ls": "list records with their live state",
     "show": "one record, with its process tree and pane",
+    "explain": "why muxhost thinks an agent is working, waiting, idle or stalled: what it read, which rule decided",
     "attach": "go to an agent's pane",
     "stop": "stop an agent: /exit, then kill-session, SIGTERM, SIGKILL of the whole tree",
     "resume": "resume the record's conversation in a new pane (same record)",
     "purge": "delete a conversation and its child conversations for good",
+    "unpurge": "put a purge archive back (`purge --archive` wrote it): files, rows, lines",
+    "archives": "the purge archives: ls, show A, rm A, prune --older-than D",
     "reconcile": "compare records with tmux and the process table; fix drift; say what changed",
     "plugins": "agents and backends, with their package, version and hooks",
     "watch": "watch what every agent does (working, waiting, idle, stalled) and publish it",
@@ -42,8 +45,11 @@ COMMANDS = {
     "wait": "wait until the agent is idle, waiting for you, or exited",
     "read": "print the agent's screen as plain text",
     "rm": "forget a stopped record and remove the git worktree muxhost made for it",
+    "conversations": "every conversation on disk, of every agent: age, folder, size, title, record, in use",
+    "prune": "purge every conversation last updated before a cutoff, skipping those in use",
     "hosts": "remote hosts reached over ssh: add, rm, ls",
     "ui": "the dashboard: every agent live, a preview, a key for each command (docs/ui.md)",
+    "notify": "the watch's notifications (notify.urls): `notify test` sends one to every channel",
 }
 CORE_COMMANDS = tuple(COMMANDS)
 

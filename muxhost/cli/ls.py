@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from muxhost.cli.output import ago, json_flag, out_json, short_id, short_path, table
+from muxhost.cli.output import ago, json_flag, line_width, out_json, short_id, short_path, table
 
 
 def add_arguments(sp) -> None:
@@ -52,12 +52,9 @@ def run(host, args) -> int:
              "yes" if lv.resumable else "no", lv.rec.cwd] for lv in lives]
     headers = ["ID", "NAME", "AGENT", "STATE", "ACTIVITY", "PANE", "CONVERSATION", "RESUMABLE", "CWD"]
     if not args.wide:  # the folder gets what is left of the line, shortened from the left
-        import shutil
-
-        width = shutil.get_terminal_size((100, 24)).columns if sys.stdout.isatty() else 100
         used = len(table([r[:-1] for r in rows], headers[:-1]).splitlines()[0]) + 2
         for r in rows:
-            r[-1] = short_path(r[-1], max(16, width - used))
+            r[-1] = short_path(r[-1], max(16, line_width() - used))
     print(table(rows, headers))
     return 0
 

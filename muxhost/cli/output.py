@@ -28,7 +28,12 @@ def notes(live) -> None:
 
 
 def attach_hint(live) -> str:
-    return f"  attach: muxhost attach {live.rec.name}" if live.pane is not None else ""
+    """``attach: muxhost attach NAME``; ``NAME@HOST`` when run for another muxhost that knows this
+    machine as HOST (a remote launch, resume, wake: the line is run there)."""
+    from muxhost.remote import protocol
+
+    at = protocol.serving_as()
+    return f"  attach: muxhost attach {live.rec.name}{'@' + at if at else ''}" if live.pane is not None else ""
 
 
 def short_id(cid: str, others=()) -> str:
@@ -71,3 +76,10 @@ def ago(seconds: float) -> str:
         if s >= size:
             return f"{s // size}{unit}"
     return f"{s}s"
+
+
+def line_width() -> int:
+    """The columns a table fits: the terminal's, else 100 (a pipe, a file)."""
+    import shutil
+
+    return shutil.get_terminal_size((100, 24)).columns if sys.stdout.isatty() else 100

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from muxhost.cli.output import json_flag, out_json
@@ -22,6 +23,11 @@ def add_arguments(sp) -> None:
     sp.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
     sp.add_argument("--yes", "-y", action="store_true", help="do not ask")
     sp.add_argument("--stop", action="store_true", help="run the stop ladder first")
+    keep = sp.add_mutually_exclusive_group()
+    keep.add_argument("--archive", dest="archive", action="store_true", default=None,
+                      help="first keep what goes in an archive (<state dir>/archive/; `muxhost unpurge` puts it "
+                           "back); default: config purge.archive")
+    keep.add_argument("--no-archive", dest="archive", action="store_false", help="no archive, whatever the config says")
     sp.add_argument("--confirmed", metavar="ID", help="with REF: purge conversation ID (the one a dry run "
                     "showed) and nothing else; refused when the record was never in it")
     sp.add_argument("--tmux-prepare", action="store_true", help=argparse.SUPPRESS)
@@ -46,13 +52,14 @@ def run(host, args) -> int:
             raise UsageError("refusing to purge without --yes when stdin is not a terminal")
         confirm = _confirm
     if args.pane:
-        report = host.purge_pane(args.pane, dry_run=args.dry_run, stop=args.stop, confirm=confirm)
+        report = host.purge_pane(args.pane, dry_run=args.dry_run, stop=args.stop, confirm=confirm,
+                                 archive=args.archive)
     elif args.ref:
         report = host.purge(rec=host.resolve(args.ref), dry_run=args.dry_run, stop=args.stop, confirm=confirm,
-                            confirmed=args.confirmed)
+                            confirmed=args.confirmed, archive=args.archive)
     else:
         report = host.purge(agent_name=args.agent, conversation_id=args.conversation, home=args.home,
-                            dry_run=args.dry_run, stop=args.stop, confirm=confirm)
+                            dry_run=args.dry_run, stop=args.stop, confirm=confirm, archive=args.archive)
     print_report(report, args.json)
     if report.residual:
         raise MuxhostError(f"purge incomplete: {len(report.residual)} item(s) left: {report.residual[0]}", INCOMPLETE)
@@ -80,6 +87,8 @@ def print_report(report, as_json: bool) -> None:
             print(f"  - {item}")
         for item in report.residual:
             print(f"  left: {item}")
+        if getattr(report, "archive", None):
+            print(f"archived to {report.archive} (`muxhost unpurge {os.path.basename(report.archive)}` puts it back)")
     for note in report.notes:
         print(f"  note: {note}")
 

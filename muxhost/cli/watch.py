@@ -16,10 +16,13 @@ def add_arguments(sp) -> None:
         "the global @muxhost_summary (\"2 working · 1 waiting\"), which status-right '#{@muxhost_summary}'\n"
         "shows with no process per refresh; `ls` then uses what it knows. An agent that starts\n"
         "waiting gets a tmux message and the bell (watch.alert). It prints one line per change and\n"
-        "ends with its server (or Ctrl-C, SIGTERM), taking back what it published.")
+        "ends with its server (or Ctrl-C, SIGTERM), taking back what it published. With notify.urls\n"
+        "in the config (the notify extra), what changed goes to each channel too: waiting, done,\n"
+        "stalled, failed; one message a pass (`muxhost notify test` tries them).")
     sp.add_argument("--interval", type=float, metavar="S", help="seconds between passes (watch.interval, 1)")
     sp.add_argument("--json", action="store_true",
-                    help='one JSON line per change: {"record", "name", "agent", "pane", "old", "new", "since"}')
+                    help='one JSON line per change: {"record", "name", "agent", "pane", "old", "new", "since", '
+                         '"at", "note"}; a notification channel that failed: {"notify", "channel", "error", …}')
 
 
 def _clock(t: float) -> str:
@@ -41,7 +44,7 @@ def run(host, args) -> int:
     lost = []  # nobody reads the lines any more (run-shell's server gone): the watch goes on
 
     def emit(change) -> None:
-        if lost:
+        if lost or ("notify" in change and not args.json):  # (its warning is on stderr already)
             return
         try:
             print(_line(change, args.json), file=out, flush=True)

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from muxhost.api import Agent, AgentContext, Launch, hookimpl, kit, same_process
+from muxhost.api import Activity, Agent, AgentContext, Launch, hookimpl, kit, same_process
 
 # what the program shows and is called (muxhost/demo_agent.py): a plugin knows its agent from outside
 ID_PATTERN = r"[0-9a-f]{32}"
@@ -122,7 +122,7 @@ class DemoAgent(Agent):
     def exists(self, ctx: AgentContext, conversation_id: str) -> bool:
         return self._conv(ctx, conversation_id).is_file()
 
-    def activity(self, ctx: AgentContext, screen: str | None) -> str | None:
+    def activity(self, ctx: AgentContext, screen: str | None) -> Activity | None:
         """From the screen's last line when there is a screen (the watch's): a question ending
         ``(y/n)`` is ``waiting``, ``demo: working …`` is ``working``, the prompt (or any other
         ``demo: …`` line, a command's last words) is ``idle``. Without one
@@ -132,11 +132,13 @@ class DemoAgent(Agent):
         if screen is not None:
             last = next((ln.rstrip() for ln in reversed(screen.splitlines()) if ln.strip()), "")
             if last.endswith(ASK):
-                return "waiting"
+                return Activity("waiting", f"screen: the last line asks {ASK}")
             if last.startswith(WORKING):
-                return "working"
+                return Activity("working", f"screen: the last line says {WORKING!r}")
             if last.startswith((PROMPT.rstrip(), "demo: ")):
-                return "idle"  # at its prompt, or a command's last words (its prompt comes next)
+                # at its prompt, or a command's last words (its prompt comes next)
+                what = "its prompt" if last.startswith(PROMPT.rstrip()) else repr(last[:40])
+                return Activity("idle", f"screen: the last line is {what}")
             return None
         for pid in ctx.pids[:1]:  # the agent itself: the pane's process
             try:
@@ -147,7 +149,7 @@ class DemoAgent(Agent):
             if proc is None or not isinstance(started, (int, float)) or abs(proc.create_time - started) > 0.01:
                 return None  # an entry some earlier process with this pid left
             answer = entry.get("activity")
-            return answer if answer in ("idle", "working", "waiting") else None
+            return Activity(answer, f"registry: live/{pid}.json says {answer}") if answer in ("idle", "working", "waiting") else None
         return None
 
     def in_use(self, ctx: AgentContext, conversation_id: str) -> list[str]:
@@ -172,6 +174,25 @@ class DemoAgent(Agent):
 
     def roots(self, ctx: AgentContext) -> list[Path]:
         return [*super().roots(ctx), self.root(ctx)]  # MUXHOST_DEMO_HOME may be anywhere
+
+    def conversations(self, ctx: AgentContext) -> list:
+        """Every file of ``conversations/``: its meta line (cwd, created, parent) and first prompt
+        from the file's first lines (``kit.conversations``), times and size from ``stat``."""
+        parents: dict[str, str | None] = {}
+
+        def describe(path: Path, entries: list[dict]) -> dict:
+            meta = entries[0] if entries and entries[0].get("type") == "meta" else {}
+            parents[path.stem] = meta.get("parent")
+            first = next((e.get("text") for e in entries if e.get("type") == "user"), "")
+            created = meta.get("created")
+            return {"cwd": meta.get("cwd") if isinstance(meta.get("cwd"), str) else None,
+                    "created": float(created) if isinstance(created, (int, float)) else None,
+                    "title": kit.conversations.title(first)}
+
+        found = list(kit.conversations.folder(self.root(ctx) / "conversations", describe))
+        for conv in found:
+            conv.children = sorted(c for c, p in parents.items() if p == conv.id)
+        return found
 
 
 @hookimpl

@@ -44,14 +44,16 @@ def _config_of(globals_: list[str]) -> str | None:
     return None
 
 
-def dispatch(argv: Sequence[str], run_cli: Callable[[list[str]], int]) -> int | None:
+def dispatch(argv: Sequence[str], run_cli: Callable[[list[str]], int] | None = None) -> int | None:
     """Run ``argv`` on a remote host when it names one (the exit code), else None: run it here.
     Cheap when nothing in ``argv`` could name a host: no config is read. ``run_cli`` (the CLI's
-    ``main``) runs a request from another muxhost (``remote-serve``)."""
+    ``main``, which passes itself) runs a request from another muxhost (``remote-serve``)."""
     globals_, word, rest = split(argv)
     if protocol.serving():  # a request from another muxhost runs here, never hops on
         return None
     if word == protocol.SERVE_VERB:
+        if run_cli is None:
+            raise UsageError(f"{protocol.SERVE_VERB}: only the muxhost command line serves a request")
         return protocol.serve(run_cli)
     if word == "launch" and any(a == "--host" or a.startswith("--host=") for a in rest[:_cut(rest)]):
         return _forward_launch(_config_of(globals_), rest)
@@ -59,17 +61,23 @@ def dispatch(argv: Sequence[str], run_cli: Callable[[list[str]], int]) -> int | 
         positions = _ref_positions(word, rest)
         if any("@" in rest[i] for i in positions):  # (not the text of `send r "mail me@x"`)
             return _forward_ref(_config_of(globals_), word, rest, positions)
+    if word in HOST_VERBS and any(a == "--host" or a.startswith("--host=") for a in rest):
+        return _forward_launch(_config_of(globals_), rest, word)
     return None
+
+
+#: verbs besides ``launch`` that take ``--host NAME``: the whole command runs on that host
+HOST_VERBS = ("conversations", "prune")
 
 
 def _cut(rest: list[str]) -> int:
     return rest.index("--") if "--" in rest else len(rest)
 
 
-def _forward_launch(config_path: str | None, rest: list[str]) -> int:
-    """``launch … --host NAME``: the launch on NAME, without ``--host``. (Its ``--env`` values stay in
-    argv: the whole request is on the session's stdin, never on a command line, and the remote launch
-    checks them as a local one does.)"""
+def _forward_launch(config_path: str | None, rest: list[str], word: str = "launch") -> int:
+    """``launch … --host NAME`` (``conversations``, ``prune`` too): the command on NAME, without
+    ``--host``. (launch's ``--env`` values stay in argv: the whole request is on the session's stdin,
+    never on a command line, and the remote launch checks them as a local one does.)"""
     from muxhost.remote import hosts, transport
 
     cut = _cut(rest)
@@ -79,7 +87,7 @@ def _forward_launch(config_path: str | None, rest: list[str]) -> int:
         a = mine[i]
         if a == "--host":
             if i + 1 >= len(mine):
-                raise UsageError("launch: argument --host: expected one argument")
+                raise UsageError(f"{word}: argument --host: expected one argument")
             name, i = mine[i + 1], i + 2
             continue
         if a.startswith("--host="):
@@ -90,7 +98,7 @@ def _forward_launch(config_path: str | None, rest: list[str]) -> int:
     if name == hosts.LOCAL:
         return None  # type: ignore[return-value]  # (`--host local`: here, as without it)
     table = hosts.load(config_path)
-    return transport.forward(table.get(name), ["launch", *out, *agent_args], timeout=table.timeout)
+    return transport.forward(table.get(name), [word, *out, *agent_args], timeout=table.timeout)
 
 
 def _forward_ref(config_path: str | None, word: str, rest: list[str], positions: list[int]) -> int:
@@ -141,6 +149,9 @@ def _purge_confirmed(host, args: list[str], timeout: float) -> int:
         return shown.rc or 1
     print_report(types.SimpleNamespace(**{"stopped": None, "home": None, "refused": None, "notes": [],
                                           **shown.doc}), False)
+    if shown.doc.get("refused"):  # (a yes could only be refused: say so now, as a local purge does)
+        print(f"muxhost: {host.name}: {shown.doc['refused']}", file=sys.stderr)
+        return 4
     try:
         answer = input(f"purge this on {host.name} for good? [y/N] ")
     except EOFError:

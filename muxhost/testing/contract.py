@@ -95,11 +95,22 @@ class AgentContract:
       resumable.
     - ``test_purge_takes_the_child_conversations`` (skipped, saying why, unless ``has_children``): the
       dry run names every file holding a child's text; after the purge none holds it.
+    - ``test_purge_archive_unpurge_and_resume``: ``purge --archive`` leaves no file holding the
+      conversation's (or a child's) text and the neighbour resumable; ``unpurge`` brings every file of
+      HOME and the XDG dirs back byte for byte (one that only grew counts as kept: a log the agent's
+      own delete command wrote to), every row of the tables the archive names equal, every other
+      table as many rows; ``resume`` continues the conversation, and (with ``model_requests``) the
+      model is sent its earlier turns.
+    - ``model_requests(mux)`` (optional): the request bodies the fake model server received, oldest
+      first, as text; the round trip then checks the resumed agent sent the earlier context.
     """
 
     agent: str = ""
     agent_cli: bool = True  # a real agent CLI runs (the marker `agents`); False for a stand-in program
     has_children: bool = False
+    #: the agent titles its conversations itself (opencode asks its model): the title `conversations`
+    #: lists need not hold the first prompt, only be one short line
+    titles_itself: bool = False
     ignore_paths: tuple[str, ...] = ()
     settle: float = 0.0
 
@@ -112,6 +123,10 @@ class AgentContract:
 
     def prepare(self, mux: Mux) -> None:
         """Called first in every test: point ``mux.env`` at a fake model server, write config, …"""
+
+    def model_requests(self, mux: Mux) -> list[str] | None:
+        """The bodies the fake model server received, oldest first (None: the suite cannot look)."""
+        return None
 
     def workdir(self, mux: Mux) -> Path:
         """The folder the agents run in (outside HOME, as a project is)."""
@@ -444,6 +459,28 @@ class AgentContract:
         row = self._row(mux, "neighbour", w.neighbour["id"], all_records=True)
         assert row["resumable"] is True, f"[neighbour] the neighbour is no longer resumable: {row}"
 
+    def test_conversations_lists_what_the_agent_wrote(self, mux: Mux) -> None:
+        w = self._world(mux, children=self.has_children)
+        rows = self._ok(mux, "conversations", "conversations", "--agent", self.agent, "--json")
+        by_id = {r["id"]: r for r in rows}
+        kids = self._ok(mux, "conversations", "show", w.main["id"], "--json").get("children") or []
+        for rec, text in ((w.main, w.texts[0]), (w.neighbour, w.neighbour_text)):
+            row = by_id.get(rec["conversation_id"])
+            assert row is not None, f"[conversations] {rec['conversation_id']} is not listed: {sorted(by_id)}"
+            assert os.path.realpath(row["cwd"]) == os.path.realpath(w.work), f"[conversations] cwd: {row}"
+            assert row["size"] > 0 and row["updated"] >= row["created"] - 60, f"[conversations] size, times: {row}"
+            title = row["title"]
+            assert "\n" not in title and 0 < len(title) <= 80, f"[conversations] not one short line: {title!r}"
+            assert self.titles_itself or text in title, f"[conversations] the title {title!r} lacks the prompt {text!r}"
+            assert (row["record"] or {}).get("id") == rec["id"], f"[conversations] record: {row['record']}"
+
+        def ids(row: dict) -> list[str]:
+            return [c["id"] for c in row["children"]] + [i for c in row["children"] for i in ids(c)]
+
+        listed = ids(by_id[w.main["conversation_id"]])
+        assert sorted(listed) == sorted(kids), f"[conversations] children listed {listed}, `show` says {kids}"
+        assert not set(kids) & set(by_id), f"[conversations] a child is a row of its own: {set(kids) & set(by_id)}"
+
     def test_purge_takes_the_child_conversations(self, mux: Mux) -> None:
         if not self.has_children:
             pytest.skip(f"{type(self).__name__}.has_children is False: the agent starts no child conversations")
@@ -458,3 +495,76 @@ class AgentContract:
         assert report["residual"] == [], f"[children] residual: {report['residual']}"
         left = self._holding(mux, w.child_texts)
         assert not left, f"[children] after the purge these files still hold a child's text: {sorted(left)}"
+
+    def _contents(self, mux: Mux, sizes: dict[str, int] | None = None) -> dict[str, Any]:
+        """Every file of HOME and the XDG dirs: its sha256, or for a database the rows of each table
+        (its bytes change with a VACUUM; its -wal, -shm and -journal are judged with it)."""
+        import sqlite3
+
+        hashed = self._hash(mux, sizes)
+        dbs = {p for p, h in hashed.items() if h != "dir" and os.path.isfile(p) and file_head(p) == SQLITE_MAGIC}
+        out: dict[str, Any] = {}
+        for p, h in hashed.items():
+            if any(p.endswith(s) and p[:-len(s)] in dbs for s in DB_SIDECARS):
+                continue
+            if p not in dbs:
+                out[p] = h
+                continue
+            con = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+            try:
+                tables = [t for (t,) in con.execute("select name from sqlite_master where type = 'table'")]
+                out[p] = {t: sorted(map(repr, con.execute(f'select * from "{t}"'))) for t in tables}
+            finally:
+                con.close()
+        return out
+
+    @staticmethod
+    def _difference(path: str, was: Any, now: Any, tables: set[tuple[str, str]]) -> str:
+        """What differs in ``path`` between two :meth:`_contents` ("" when nothing does): a file byte
+        for byte (what only grew since — a log the agent's own delete command wrote to — counts as
+        kept); in a database, the rows of every table the archive names, and the row count of every
+        other table (the agent's own delete command may touch a row of its own, a time updated)."""
+        if now is None:
+            return f"{path} is gone"
+        if not isinstance(was, dict) or not isinstance(now, dict):
+            return "" if was == now else f"{path} differs"
+        bad = [f"{t} ({len(was.get(t, []))} rows before, {len(now.get(t, []))} after; e.g. "
+               f"{sorted(set(now.get(t, [])) ^ set(was.get(t, [])))[:1]})"
+               for t in sorted(was.keys() | now.keys())
+               if (was.get(t) != now.get(t) if (os.path.realpath(path), t) in tables
+                   else len(was.get(t, [])) != len(now.get(t, [])))]
+        return f"{path}: tables {', '.join(bad)}" if bad else ""
+
+    def test_purge_archive_unpurge_and_resume(self, mux: Mux) -> None:
+        w = self._world(mux, self.has_children)
+        sizes: dict[str, int] = {}
+        before = self._contents(mux, sizes)
+        report = self._ok(mux, "archive", "purge", w.main["id"], "--archive", "--yes", "--json")
+        assert report["residual"] == [] and report.get("archive"), f"[archive] {report}"
+        left = self._holding(mux, [*w.texts, *w.child_texts])
+        assert not left, f"[archive] after `purge --archive` these files still hold the conversation: {sorted(left)}"
+        assert self._row(mux, "archive", w.neighbour["id"], all_records=True)["resumable"] is True
+
+        done = self._ok(mux, "unpurge", "unpurge", report["archive"], "--json")
+        assert done["restored"], f"[unpurge] nothing restored: {done}"
+        archived = self._ok(mux, "unpurge", "archives", "show", report["archive"], "--json")
+        tables = {(i["place"], i["table"]) for i in archived["items"] if i["kind"] == "rows"}
+        after = appended_only(before, sizes, self._contents(mux))
+        changed = [self._difference(p, before[p], after.get(p), tables) for p in sorted(before)]
+        changed = [c for c in changed if c]
+        assert not changed, f"[unpurge] not back as it was: {'; '.join(changed[:8])}"
+        cid = w.main["conversation_id"]
+        row = self._row(mux, "unpurge", w.main["id"], all_records=True)
+        assert row["resumable"] is True, f"[unpurge] conversation {cid} is back on disk but not resumable: {row}"
+
+        resumed = self._ok(mux, "resume", "resume", w.main["id"], "--json")
+        assert resumed["conversation_id"] == cid, f"[unpurge] resumed into {resumed['conversation_id']}, not {cid}"
+        probe = unique_text("after unpurge")
+        self.converse(mux, resumed["pane"], probe)
+        sent = self.model_requests(mux)
+        if sent is not None:
+            last = [body for body in sent if probe in body]
+            assert last and w.texts[0] in last[-1], \
+                f"[unpurge] the resumed agent sent {probe!r} without its earlier turn {w.texts[0]!r}"
+        row = self._row(mux, "unpurge", w.main["id"])
+        assert row["state"] == "running" and row["conversation_id"] == cid, f"[unpurge] after a turn: {row}"

@@ -112,13 +112,17 @@ def purge(host, rid: str, conversation_id: str) -> str:
     first = f"stopped {rec.name} ({report.stopped['outcome']}), " if report.stopped else ""
     if report.residual:
         raise MuxhostError(f"purge incomplete: {len(report.residual)} item(s) left: {report.residual[0]}", 5)
-    return f"{first}purged {report.agent} conversation {report.conversation_id}: {len(report.removed)} removed"
+    kept = f"; archived: muxhost unpurge {report.archive.rsplit('/', 1)[-1]}" if report.archive else ""
+    return f"{first}purged {report.agent} conversation {report.conversation_id}: {len(report.removed)} removed{kept}"
 
 
 def rm_plan(host, rid: str) -> list[str]:
     """What ``rm`` would do, for the confirmation (it refuses by itself what it must)."""
     rec = record(host, rid)
     lines = [f"forget record {rec.id} ({rec.name}, {rec.state})"]
+    there = host.removal.agent_there(rec)
+    if there:
+        lines.append(f"refused now: {there} (s stops it)")
     wt = rec.worktree
     if wt:
         from muxhost import worktrees

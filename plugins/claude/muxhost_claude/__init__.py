@@ -39,7 +39,7 @@ from typing import Any, Iterable
 
 import psutil
 
-from muxhost.api import UUID_PATTERN, Agent, AgentContext, Launch, NotFound, artifacts, hookimpl, kit
+from muxhost.api import UUID_PATTERN, Activity, Agent, AgentContext, Launch, NotFound, artifacts, hookimpl, kit
 from muxhost_claude.activity import registry_activity, transcript_activity
 
 __all__ = ["ClaudeAgent", "project_folder_name", "java_string_hash", "registry_entry_live", "registry_activity",
@@ -334,7 +334,7 @@ class ClaudeAgent(Agent):
             return ctx.conversation_id
         return None
 
-    def activity(self, ctx: AgentContext, screen: str | None) -> str | None:
+    def activity(self, ctx: AgentContext, screen: str | None) -> Activity | None:
         """claude's own ``status`` in the live registry of the pane's claude (its start time checked):
         :func:`registry_activity`. No live entry, or none with a status (a torn read: claude rewrites
         the file in place): the end of the conversation's own transcript, :func:`transcript_activity`
@@ -346,19 +346,32 @@ class ClaudeAgent(Agent):
         if entry is not None:
             answer = registry_activity(entry)
             if answer is not None:
-                return answer
+                return Activity(answer, f"registry: sessions/{entry.get('pid')}.json status {entry.get('status')!r}")
             cid = entry.get("sessionId") if self.valid_id(entry.get("sessionId")) else cid
         if not self.valid_id(cid):
             return None
         transcript = paths.transcript(cid) if ctx.cwd else None
         if transcript is not None:
-            return transcript_activity(transcript)
+            answer = transcript_activity(transcript)
+            return None if answer is None else Activity(answer, f"transcript: the last entries of {transcript.name}")
         key = (str(paths.projects), cid)
         if key not in _ELSEWHERE:
             if not paths.anywhere(cid):
-                return "idle"  # claude writes the transcript with the first prompt: none yet, at its prompt
+                # claude writes the transcript with the first prompt: none yet, at its prompt
+                return Activity("idle", "transcript: none yet (claude writes it with the first prompt)")
             _ELSEWHERE.add(key)  # (a transcript does not go while claude runs: not globbed every pass)
         return None
+
+    def conversations(self, ctx: AgentContext) -> list:
+        """Every ``projects/<folder>/<id>.jsonl`` (of every project): cwd, creation time and the first
+        prompt (or a ``summary``) from its first lines; size: the transcript and its folder
+        (sub-agents, tool results), which are no conversations of their own."""
+        projects = ClaudePaths(ctx).projects
+        found = []
+        for folder in _listdir(projects):
+            if folder.is_dir() and not folder.is_symlink():
+                found += kit.conversations.folder(folder, _describe_transcript)
+        return found
 
     def exists(self, ctx: AgentContext, conversation_id: str) -> bool:
         paths = ClaudePaths(ctx)
@@ -501,6 +514,24 @@ def _without_conversation_options(args: list[str]) -> list[str]:
         out.append(a)
         i += 1
     return out
+
+
+def _describe_transcript(path: Path, entries: list[dict]) -> dict:
+    """cwd, created, title of a transcript from its first entries; its folder counts in its size."""
+    from datetime import datetime
+
+    cwd = next((e["cwd"] for e in entries if isinstance(e.get("cwd"), str)), None)
+    stamp = next((e["timestamp"] for e in entries if isinstance(e.get("timestamp"), str)), None)
+    try:
+        created = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else None
+    except ValueError:
+        created = None
+    prompts = [kit.conversations.title((e.get("message") or {}).get("content")) for e in entries
+               if e.get("type") == "user" and not e.get("isMeta") and isinstance(e.get("message"), dict)]
+    summary = next((e["summary"] for e in entries if e.get("type") == "summary" and isinstance(e.get("summary"), str)), "")
+    first = next((t for t in prompts if t and not t.startswith("<")), "")
+    return {"cwd": cwd, "created": created, "title": first or kit.conversations.title(summary),
+            "also": [path.with_suffix("")]}
 
 
 def _transcript_cwd(path: Path) -> str | None:

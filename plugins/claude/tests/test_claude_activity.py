@@ -277,6 +277,23 @@ def test_working_waiting_idle(claude_world):
     assert not any(r.get("answer") == "bash done" for r in w.server.requests[since:])
 
 
+def test_explain_after_one_turn_says_idle_and_names_the_registry(claude_world):
+    """``muxhost explain`` after one turn: idle, from claude's live registry, and the rule that decided."""
+    w = claude_world
+    cwd = w.work / "why"
+    cwd.mkdir()
+    rec = w.launch(cwd)
+    w.say(rec["pane"], "hello there", "hello, I am a fake model")
+    doc = wait_for(lambda: (lambda d: d if d["activity"] == "idle" else None)(w.mux.ok("explain", rec["id"], "--json")),
+                   timeout=30, what="explain says idle")
+    plugin = doc["look"]["plugin"]
+    assert plugin["answer"] == "idle" and plugin["reason"].startswith("registry: sessions/"), plugin
+    assert doc["look"]["rule"] == "the plugin says idle, and no non-resident child used CPU"
+    assert doc["look"]["processes"][0]["role"] == "agent" and doc["conversation_id"]
+    text = w.mux.ok("explain", rec["id"])
+    assert "plugin:       idle (registry: sessions/" in text, text
+
+
 @pytest.mark.parametrize("source", ["registry", "transcript"])
 def test_a_sub_agent_ending_keeps_the_parent_working(claude_world, source):
     """A sub-agent ends while its parent still works (its next answer streams for 6 s): the parent

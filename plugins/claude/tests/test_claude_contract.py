@@ -8,6 +8,8 @@ transcript lives in ``projects/<folder>/<id>/subagents/``, its output under ``<t
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from muxhost.testing import AgentContract, files_holding, wait_for
@@ -38,6 +40,9 @@ class TestClaudeContract(AgentContract):
         """Until a transcript (``where``: a part of its path) holds ``text``."""
         wait_for(lambda: [p for p in files_holding([mux.home / ".claude" / "projects"], [text]) if where in p],
                  timeout=30, what=f"a transcript ({where}) holding {text!r}")
+
+    def model_requests(self, mux):
+        return [json.dumps(r["body"]) for r in list(self.world.server.requests)]
 
     def converse(self, mux, pane, text):
         self.world.wait_ready(pane, timeout=60)

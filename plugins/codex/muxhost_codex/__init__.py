@@ -24,7 +24,7 @@ import re
 import time
 from pathlib import Path
 
-from muxhost.api import Agent, AgentContext, Launch, hookimpl, kit
+from muxhost.api import Activity, Agent, AgentContext, Launch, hookimpl, kit
 from muxhost_codex.activity import (APPROVAL_FOOTER, APPROVAL_WORDS, QUESTION_FOOTER, TURN_CLOSED, TURN_OPEN,
                                     _turns, asks_user, last_turn, parse_ts_ms)  # noqa: F401  (the names it had)
 
@@ -371,7 +371,7 @@ class CodexAgent(Agent):
 
     # -- activity -------------------------------------------------------------------------------
 
-    def activity(self, ctx: AgentContext, screen: str | None) -> str | None:
+    def activity(self, ctx: AgentContext, screen: str | None) -> Activity | None:
         """``waiting`` while the screen ends in an approval prompt or a question (codex writes
         neither to its rollout). Else the rollout of the record's thread (which thread that is, is
         ``discover``'s to say: the watch asks it every pass until the record has one): ``working``
@@ -379,16 +379,18 @@ class CodexAgent(Agent):
         is open; ``idle`` once closed. A turn opened before this launch (a killed codex left it) is
         closed. No thread or no rollout yet: no opinion."""
         if screen is not None and asks_user(screen):
-            return "waiting"
+            return Activity("waiting", "screen: an approval prompt or a question at the bottom")
         home = codex_home(ctx)
         tid = ctx.conversation_id
         path = rollout_of(ctx, home, tid) if tid else None
         turn = last_turn(path) if path else None
         if turn is None:
             return None
-        if self._open(turn, ctx) or self._sub_agent_working(ctx, home, tid):
-            return "working"
-        return "idle"
+        if self._open(turn, ctx):
+            return Activity("working", f"rollout: the last turn of {path.name} is open")
+        if self._sub_agent_working(ctx, home, tid):
+            return Activity("working", "rollout: a sub-agent's last turn is open (state database: its spawn edge)")
+        return Activity("idle", f"rollout: the last turn of {path.name} closed")
 
     @staticmethod
     def _open(turn: tuple[bool, float] | None, ctx: AgentContext) -> bool:
@@ -404,6 +406,35 @@ class CodexAgent(Agent):
             return False
         return any(self._open(last_turn(path), ctx) for (kid,) in kids
                    if isinstance(kid, str) and (path := rollout_of(ctx, home, kid)))
+
+    def conversations(self, ctx: AgentContext) -> list:
+        """Every rollout (live and archived): cwd, creation time, parent and first prompt from its
+        first lines (``session_meta``, the first ``user_message``); the ``threads`` row's first user
+        message or title when there is one; children from the parents the rollouts name."""
+        home = codex_home(ctx)
+        parents: dict[str, str | None] = {}
+
+        def describe(path: Path, entries: list[dict]) -> dict:
+            meta = next((e["payload"] for e in entries[:1] if e.get("type") == "session_meta"
+                         and isinstance(e.get("payload"), dict)), {})
+            if m := _ROLLOUT_RE.fullmatch(path.name):
+                parents[m.group(1)] = _parent(meta)
+            said = next((e["payload"].get("message") for e in entries if e.get("type") == "event_msg"
+                         and isinstance(e.get("payload"), dict) and e["payload"].get("type") == "user_message"), "")
+            ms = parse_ts_ms(meta.get("timestamp"))
+            return {"cwd": meta.get("cwd") if isinstance(meta.get("cwd"), str) else None,
+                    "created": ms / 1000 if ms else None, "title": kit.conversations.title(said)}
+
+        found = [c for d in ROLLOUT_DIRS for c in kit.conversations.rollouts(home / d, _UUID, describe,
+                                                                             limit=1 << 18)]
+        rows = {r["id"]: r for r in _threads(ctx, home)}
+        for tid, row in rows.items():  # (a sub-agent's row names its parent too)
+            parents[tid] = parents.get(tid) or _parent(row)
+        for conv in found:
+            row = rows.get(conv.id) or {}
+            conv.title = conv.title or kit.conversations.title(row.get("first_user_message") or row.get("title"))
+            conv.children = sorted(k for k, p in parents.items() if p == conv.id)
+        return found
 
     # -- exists / children / in_use -------------------------------------------------------------
     def exists(self, ctx: AgentContext, conversation_id: str) -> bool:

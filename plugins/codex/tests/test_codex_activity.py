@@ -127,6 +127,18 @@ def test_a_slow_reply_is_working_then_idle(mux, mux_codex, tmp_path):
     assert [s for _, s in steps(w, rid, t)] == ["working", "idle"], w.changes
 
 
+def test_explain_after_one_turn_says_idle_and_names_the_rollout(mux, mux_codex, tmp_path):
+    """``muxhost explain`` after one turn: idle, from the closed last turn of the thread's rollout."""
+    _, rid, _ = ready(mux, mux_codex, tmp_path)
+    doc = wait_for(lambda: (lambda d: d if d["activity"] == "idle" and d["look"]["plugin"]["answer"] else None)(
+        mux.ok("explain", rid, "--json")), timeout=30, what="explain says idle from the rollout")
+    plugin = doc["look"]["plugin"]
+    assert plugin["answer"] == "idle" and plugin["reason"].startswith("rollout: the last turn of ") and \
+        plugin["reason"].endswith(" closed"), plugin
+    assert doc["look"]["rule"] == "the plugin says idle, and no non-resident child used CPU"
+    assert doc["look"]["output"]["reads_screen"] and doc["conversation_id"]
+
+
 def test_an_approval_and_a_question_are_waiting(mux, mux_codex, tmp_path):
     cx = mux_codex
     work, rid, pane = ready(mux, cx, tmp_path, approval="on-request", sandbox="workspace-write")

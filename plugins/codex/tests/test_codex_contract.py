@@ -4,6 +4,8 @@ conversation is a sub-agent thread: the fake model answers ``SPAWN-CHILD <text>`
 ``spawn_agent`` call whose task holds ``<text>``."""
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 
 import pytest
@@ -42,6 +44,9 @@ class TestCodexContract(AgentContract):
             raise AssertionError(f"{e}; the screen:\n{mux.capture(pane)}") from None
         mux.type(pane, typed, pause=0.6)  # codex takes text followed at once by Enter as a paste
         wait_for(lambda: self._answered(text) >= rollouts, timeout=40, what=f"{text!r} answered in {rollouts} rollout(s)")
+
+    def model_requests(self, mux):
+        return [json.dumps(r["body"]) for r in list(self.cx.server.requests)]
 
     def converse(self, mux, pane, text):
         self._say(mux, pane, text, text, 1)

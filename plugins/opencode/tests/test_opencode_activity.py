@@ -101,6 +101,19 @@ def test_a_slow_reply_is_working_then_idle(tui, scripted):
     assert [c["new"] for c in t.changes(w)][-2:] == ["working", "idle"], t.changes(w)  # (every line read)
 
 
+def test_explain_after_one_turn_says_idle_and_names_the_database(tui):
+    """``muxhost explain`` after one turn: idle, from the session's last message in the database."""
+    t = tui()
+    t.mux.type(t.pane, "hello MUXHOST_EXPLAIN")
+    wait_for(lambda: t.query("select count(*) from message")[0][0] >= 2, timeout=90, what="one turn in the database")
+    doc = wait_for(lambda: (lambda d: d if d["activity"] == "idle" and d["conversation_id"] else None)(
+        t.mux.ok("explain", t.rec["id"], "--json")), timeout=60, what="explain says idle")
+    plugin = doc["look"]["plugin"]
+    assert plugin["answer"] == "idle" and plugin["reason"] == f"database: the last message of session {doc['conversation_id']}"
+    assert doc["look"]["rule"] == "the plugin says idle, and no non-resident child used CPU"
+    assert doc["look"]["output"]["reads_screen"] and doc["look"]["output"]["last_lines"]
+
+
 def test_a_permission_asked_is_waiting(tui, scripted):
     t = tui({"bash": "ask"})
     with Watching(t.mux) as w:

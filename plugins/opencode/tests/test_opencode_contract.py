@@ -19,6 +19,7 @@ READY = "ctrl+p commands"
 class TestOpenCodeContract(AgentContract):
     agent = "opencode"
     has_children = True
+    titles_itself = True  # opencode asks its model for a title (the fake server says "Fake title")
     settle = 1.0  # opencode titles a session and flushes its log a moment after a turn
 
     @pytest.fixture(autouse=True)
@@ -35,6 +36,9 @@ class TestOpenCodeContract(AgentContract):
         cfg = mux.home / ".config" / "opencode" / "opencode.json"
         cfg.parent.mkdir(parents=True, exist_ok=True)
         cfg.write_text(json.dumps(self.llm.config, indent=1))
+
+    def model_requests(self, mux):
+        return [json.dumps(r) for r in list(self.llm.requests)]
 
     def converse(self, mux, pane, text):
         screen = mux.wait_screen(pane, READY, timeout=40)
