@@ -22,6 +22,8 @@ import pytest
 
 from muxhost.testing import AgentContract, install_plugin
 
+pytestmark = pytest.mark.tmux  # the suites it runs (in pytests of their own) start tmux servers and agents
+
 MINI = textwrap.dedent('''
     """muxhost-mini: the demo program (muxhost.demo_agent) as a small plugin with typed artifacts."""
     import json

@@ -47,7 +47,7 @@ def test_plan_names_a_file_by_its_path_its_folder_or_its_database(tmp_path):
 def test_files_holding_reads_raw_bytes_and_sqlite_rows_are_read_from_a_copy(tmp_path):
     import sqlite3
 
-    from muxhost.testing import _sqlite_text, files_holding, unique_text
+    from muxhost.testing import files_holding, sqlite_text, unique_text
 
     text, other = unique_text("unit"), unique_text("other")
     (tmp_path / "a.jsonl").write_text(f'{{"text": "{text}"}}\n')
@@ -62,8 +62,8 @@ def test_files_holding_reads_raw_bytes_and_sqlite_rows_are_read_from_a_copy(tmp_
         assert str(tmp_path / "a.jsonl") in held and str(db) + "-wal" in held
         assert all(hits == [text] for hits in held.values())
         before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-        assert _sqlite_text(str(db), text) == (True, "")
-        assert _sqlite_text(str(db), other) == (False, "no row holds its text")
+        assert sqlite_text(str(db), text) == (True, "")
+        assert sqlite_text(str(db), other) == (False, "no row holds its text")
         assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # the original was not opened
     finally:
         con.close()

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from muxhost.testing.forensics import (_DB_SIDECARS, _SQLITE_MAGIC, _files, _head, _sqlite_text, appended_only,
-                                       files_holding, plan_names, tree_hash, unique_text)
+from muxhost.testing.forensics import (DB_SIDECARS, SQLITE_MAGIC, appended_only, file_head, files_holding,
+                                       files_under, plan_names, sqlite_text, tree_hash, unique_text)
 from muxhost.testing.helpers import wait_for
-from muxhost.testing.mux import Mux, _carrying
+from muxhost.testing.mux import Mux, carrying
 
 _XDG_VARS = ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME")
 
@@ -302,7 +302,7 @@ class AgentContract:
         assert stopped.get("outcome") == "exit", \
             f"[stop] outcome {stopped.get('outcome')!r} after {stopped.get('seconds')}s, not 'exit': the agent " \
             "did not quit on its exit_text within the grace"
-        survivors = procs.alive(keys) + _carrying(procs.RECORD_ENV, rec["id"])
+        survivors = procs.alive(keys) + carrying(procs.RECORD_ENV, rec["id"])
         assert not survivors, f"[stop] processes survived the stop: {sorted(survivors)}"
 
         row = self._row(mux, "exists", rec["id"], all_records=True)
@@ -328,7 +328,7 @@ class AgentContract:
                 if (p := table.get(pid)) is not None}
         asleep = self._ok(mux, "sleep", "sleep", rec["id"], "--json")
         assert asleep["state"] == "asleep", f"[sleep] `muxhost sleep` gave {asleep}"
-        survivors = procs.alive(keys) + _carrying(procs.RECORD_ENV, rec["id"])
+        survivors = procs.alive(keys) + carrying(procs.RECORD_ENV, rec["id"])
         assert not survivors, f"[sleep] processes of the agent survived its sleep: {sorted(survivors)}"
         row = self._row(mux, "sleep", rec["id"])
         assert row["state"] == "asleep" and row["conversation_id"] == cid, f"[sleep] `ls` shows {row}"
@@ -424,13 +424,13 @@ class AgentContract:
         def theirs_only(data: bytes) -> list[bytes]:
             return [ln.rstrip(b"\r\n") for ln in data.splitlines() if has(ln, theirs) and not has(ln, mine)]
 
-        files = _files(self._roots(mux), self._skip(mux))
-        dbs = {p for p in files if _head(p) == _SQLITE_MAGIC}
+        files = files_under(self._roots(mux), self._skip(mux))
+        dbs = {p for p in files if file_head(p) == SQLITE_MAGIC}
         owned: dict[str, bytes] = {}      # files only the neighbour's text is in: identical bytes
         lines: dict[str, list[bytes]] = {}  # shared line files: the neighbour's lines
         shared_dbs: list[str] = []          # shared databases: its rows readable, its text there
         for p in files:
-            if any(p.endswith(s) and p[:-len(s)] in dbs for s in _DB_SIDECARS):
+            if any(p.endswith(s) and p[:-len(s)] in dbs for s in DB_SIDECARS):
                 continue  # judged with its database
             data = Path(p).read_bytes()
             unit = {p: data, **{p + s: Path(p + s).read_bytes() for s in ("-wal", "-journal")
@@ -459,7 +459,7 @@ class AgentContract:
                 problems.append(f"{p} (shared): the neighbour's lines changed "
                                 f"({len(kept)} before, {'file gone' if now is None else len(now)} after)")
         for p in shared_dbs:
-            found, why = _sqlite_text(p, w.neighbour_text) if os.path.exists(p) else (False, "the database is gone")
+            found, why = sqlite_text(p, w.neighbour_text) if os.path.exists(p) else (False, "the database is gone")
             if not found:
                 problems.append(f"{p} (shared database): {why}")
         assert not problems, f"[neighbour] the purge of {w.main['conversation_id']} touched the neighbour " \
@@ -530,10 +530,10 @@ class AgentContract:
         import sqlite3
 
         hashed = self._hash(mux, sizes)
-        dbs = {p for p, h in hashed.items() if h != "dir" and os.path.isfile(p) and _head(p) == _SQLITE_MAGIC}
+        dbs = {p for p, h in hashed.items() if h != "dir" and os.path.isfile(p) and file_head(p) == SQLITE_MAGIC}
         out: dict[str, Any] = {}
         for p, h in hashed.items():
-            if any(p.endswith(s) and p[:-len(s)] in dbs for s in _DB_SIDECARS):
+            if any(p.endswith(s) and p[:-len(s)] in dbs for s in DB_SIDECARS):
                 continue
             if p not in dbs:
                 out[p] = h
