@@ -183,7 +183,7 @@ def test_the_cli_table_json_summary_and_usage_errors(mux, tmp_path):
     assert dry.splitlines()[-1].startswith("would purge 1 conversation(s)") and (data / "conversations" / f"{old}.jsonl").exists()
     size = (data / "conversations" / f"{old}.jsonl").stat().st_size
     out = mux.ok("prune", "--older-than", "30d", "--yes")
-    assert out.splitlines()[-1] == f"purged 1 conversation(s), {size} freed, 0 skipped"
+    assert out.splitlines()[-1] == f"purged 1 conversation(s), {size} B freed, 0 skipped"
     assert not (data / "conversations" / f"{old}.jsonl").exists() and (data / "conversations" / f"{young}.jsonl").exists()
     assert mux.ok("prune", "--older-than", "30d", "--yes", "--json")["purged"] == []
 

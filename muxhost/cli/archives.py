@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from muxhost.cli.output import json_flag, out_json, table
+from muxhost.cli.output import human_size, json_flag, out_json, table
 
 
 def add_arguments(sp) -> None:
@@ -53,7 +53,7 @@ def _ls(rows: list[dict], as_json: bool) -> None:
         print("no archives (`muxhost purge --archive` writes one)")
         return
     print(table([[r["name"], r.get("agent") or "?", r.get("conversation_id") or r.get("error", "?"),
-                  str(r.get("items", "?")), _size(r["size"])] for r in rows],
+                  str(r.get("items", "?")), human_size(r["size"])] for r in rows],
                 ["ARCHIVE", "AGENT", "CONVERSATION", "ITEMS", "SIZE"]))
 
 
@@ -70,9 +70,3 @@ def _show(m: dict, as_json: bool) -> None:
         print(f"  {it['kind']:5} {it['label']}")
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)

@@ -7,7 +7,7 @@ import shutil
 import sys
 import time
 
-from muxhost.cli.output import ago, json_flag, out_json, short_id, short_path, table
+from muxhost.cli.output import ago, human_size, json_flag, out_json, short_id, short_path, table
 
 
 def add_arguments(sp) -> None:
@@ -87,13 +87,3 @@ def _walk(row, depth: int):
         yield from _walk(child, depth + 1)
 
 
-def human_size(n: int) -> str:
-    """Bytes as ``ls -h`` shows them: ``812``, ``4.1K``, ``23M``, ``1.2G``."""
-    size = float(n)
-    for unit in ("", "K", "M", "G", "T"):
-        if size < 1024 or unit == "T":
-            if not unit:
-                return str(int(size))
-            return f"{size:.1f}{unit}" if size < 10 else f"{size:.0f}{unit}"
-        size /= 1024
-    return str(n)

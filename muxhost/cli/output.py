@@ -83,3 +83,15 @@ def line_width() -> int:
     import shutil
 
     return shutil.get_terminal_size((100, 24)).columns if sys.stdout.isatty() else 100
+
+
+def human_size(n: float) -> str:
+    """Bytes for people: ``812 B``, ``4.1 KB``, ``23 MB``, ``1.2 GB`` (powers of 1024)."""
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1024 or unit == "TB":
+            if unit == "B":
+                return f"{int(size)} B"
+            return f"{size:.1f} {unit}" if size < 10 else f"{size:.0f} {unit}"
+        size /= 1024
+    return f"{n} B"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import sys
 
-from muxhost.cli.conversations import filters, human_size, older_than
-from muxhost.cli.output import json_flag, out_json
+from muxhost.cli.conversations import filters, older_than
+from muxhost.cli.output import human_size, json_flag, out_json
 from muxhost.errors import INCOMPLETE, MuxhostError, UsageError
 
 
