@@ -313,3 +313,75 @@ def test_purge_at_a_host_purges_the_conversation_it_showed_or_nothing(box):
     assert (convs / f"{now}.jsonl").read_bytes() == before, "the conversation nobody was shown is untouched"
     assert box.ok("show", "ask@box", "--json")["state"] == "running"  # (not stopped for another conversation)
     box.end_shell(pane)
+
+
+def _remote_watches(user) -> list[int]:
+    """The pids of the remote user's `muxhost watch` processes (its remote-serve of a watch)."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["uids", "cmdline"]):
+        try:
+            if p.info["uids"] and p.info["uids"].real == user.uid and "remote-serve" in " ".join(p.info["cmdline"] or []):
+                found.append(p.pid)
+        except psutil.Error:
+            pass
+    return found
+
+
+def _cut_connections(user) -> None:
+    """The sshd processes serving ``user`` (the shared connection's), ended by pid: the network went."""
+    import psutil
+
+    for p in psutil.process_iter(["uids", "name"]):
+        try:
+            if p.info["name"] == "sshd" and p.info["uids"] and p.info["uids"].real == user.uid:
+                p.kill()
+        except psutil.Error:
+            pass
+
+
+def test_the_watch_follows_a_remote_host_goes_offline_and_back_and_leaves_nothing(box, world):
+    from muxhost.testing import Watching
+    import psutil
+
+    box.server.cmd("new-session", "-d", "-s", "main", "-x", "120", "-y", "30", "--", "/bin/sh")
+    rec = box.ok("launch", "demo", "--host", "box", "--name", "asker", "--json")
+    wait_for(lambda: "demo>" in box.ok("read", "asker@box"), what="the demo prompt over ssh")
+    with Watching(box) as w:
+        def lines(pred):
+            return [c for c in list(w.changes) if pred(c)]
+
+        wait_for(lambda: lines(lambda c: c.get("record") == rec["id"] and c.get("new") == "idle"), timeout=60,
+                 what="the remote agent's idle line")
+        assert all(c["host"] == "box" for c in lines(lambda c: c.get("record") == rec["id"]))
+        box.ok("send", "asker@box", "/ask")
+        wait_for(lambda: lines(lambda c: c.get("record") == rec["id"] and c.get("new") == "waiting"), timeout=30,
+                 what="the remote agent's waiting line")
+        wait_for(lambda: w.option("@muxhost_summary") == "1 waiting", timeout=10, what="the summary")
+        assert w.option("@muxhost_waiting") == "asker@box"
+        ssh_kids = [p.pid for p in psutil.Process(w.proc.pid).children(recursive=True) if p.name() == "ssh"]
+        assert ssh_kids and _remote_watches(box.remote), "an ssh child here runs the remote watch"
+
+        world["sshd"].stop()
+        _cut_connections(box.remote)
+        t0 = time.monotonic()
+        wait_for(lambda: lines(lambda c: c.get("host") == "box" and c.get("online") is False), timeout=15,
+                 what="the host marked offline")
+        assert time.monotonic() - t0 < 10
+        wait_for(lambda: w.option("@muxhost_summary") == "box offline", timeout=10, what="the summary naming it")
+        assert w.proc.poll() is None, "the watch goes on"
+        world["sshd"].start()
+        mark = len(w.changes)
+        wait_for(lambda: any(c.get("record") == rec["id"] and c.get("new") == "waiting"
+                             for c in list(w.changes)[mark:]), timeout=90, what="the host followed again")
+        wait_for(lambda: w.option("@muxhost_summary") == "1 waiting", timeout=10, what="the summary again")
+        ssh_kids = [p.pid for p in psutil.Process(w.proc.pid).children(recursive=True) if p.name() == "ssh"]
+        remote = _remote_watches(box.remote)
+        assert ssh_kids and remote
+    assert w.proc.returncode == 0
+    assert not [pid for pid in ssh_kids if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"], \
+        "an ssh child of the watch survived it"
+    wait_for(lambda: not [p for p in remote if psutil.pid_exists(p)], timeout=10, what="the remote watch ended")
+    assert not box.tmux("show-options", "-gv", "@muxhost_summary")
+    box.ok("stop", "asker@box")

@@ -285,3 +285,16 @@ def attach(host, args: list[str], timeout: float = 5.0, ref: str = "attach") -> 
         return 0
     os.execvp(argv[0], argv)
     return 0  # (not reached)
+
+
+def session(host, argv: list[str], timeout: float) -> subprocess.Popen:
+    """A long-lived session running ``argv`` on ``host`` (``watch --json``): its request written, its
+    stdin left open (the remote verb ends when it closes: the ssh session went), stdout and stderr
+    pipes for the caller to read. End it with ``kill()`` by its pid."""
+    proc = _start(host, timeout)
+    try:
+        proc.stdin.write(protocol.request(argv))
+        proc.stdin.flush()
+    except OSError:
+        pass  # (it ended at once: its stdout says why)
+    return proc
