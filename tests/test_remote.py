@@ -385,3 +385,35 @@ def test_the_watch_follows_a_remote_host_goes_offline_and_back_and_leaves_nothin
     wait_for(lambda: not [p for p in remote if psutil.pid_exists(p)], timeout=10, what="the remote watch ended")
     assert not box.tmux("show-options", "-gv", "@muxhost_summary")
     box.ok("stop", "asker@box")
+
+
+def test_a_remote_host_already_watched_there_is_followed_by_ls(box):
+    """Its own watch holds the server's lock (a second watch is refused there): ours polls `ls --json`,
+    which reads what that watch publishes, and leaves that watch running."""
+    from muxhost.testing import Watching
+
+    box.server.cmd("new-session", "-d", "-s", "main", "-x", "120", "-y", "30", "--", "/bin/sh")
+    rec = box.ok("launch", "demo", "--host", "box", "--name", "watched", "--json")
+    wait_for(lambda: "demo>" in box.ok("read", "watched@box"), what="the demo prompt over ssh")
+    user = box.remote
+    theirs = subprocess.Popen(["setpriv", f"--reuid={user.uid}", "--regid=nogroup", "--init-groups", "--",
+                               str(user.home / "bin" / "muxhost"), "watch"],
+                              env={"HOME": str(user.home), "USER": user.name, "PATH": "/usr/local/bin:/usr/bin:/bin",
+                                   "LANG": "C.UTF-8"}, cwd=str(user.home), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: "1 idle" in (user.run("tmux", "show-options", "-gv", "@muxhost_summary").stdout),
+                 timeout=30, what="the remote's own watch publishing")
+        with Watching(box) as w:
+            wait_for(lambda: any(c.get("record") == rec["id"] and c.get("new") == "idle" for c in list(w.changes)),
+                     timeout=60, what="the remote agent's idle line")
+            box.ok("send", "watched@box", "/ask")
+            wait_for(lambda: w.option("@muxhost_summary") == "1 waiting", timeout=30, what="the summary")
+            assert any(c.get("record") == rec["id"] and c.get("new") == "waiting" and c["host"] == "box"
+                       for c in list(w.changes))
+            assert theirs.poll() is None, "the remote's own watch goes on"
+        assert theirs.poll() is None, "ending ours leaves theirs"
+    finally:
+        theirs.terminate()
+        theirs.wait(10)
+    box.ok("stop", "watched@box")
