@@ -188,7 +188,7 @@ class Watch:
         if "record" in line and old is not None and new in ("waiting", "stalled"):
             who = f"{line.get('name')}@{line['host']} ({line.get('agent')})"
             if new == "waiting" and self.alert:
-                self.backend.message(f"muxhost: {who} is waiting for you")
+                self.backend.alert(f"muxhost: {who} is waiting for you", None)
             if self.notifier is not None and self.notifier.thread is not None and new in self.notifier.events:
                 from muxhost.notify import Event
 

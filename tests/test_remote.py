@@ -7,6 +7,7 @@ The local muxhost (the ``mux`` fixture) reaches the remote user's muxhost throug
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -345,10 +346,13 @@ def test_the_watch_follows_a_remote_host_goes_offline_and_back_and_leaves_nothin
     from muxhost.testing import Watching
     import psutil
 
+    from muxhost.testing.tmuxclient import TmuxClient
+
     box.server.cmd("new-session", "-d", "-s", "main", "-x", "120", "-y", "30", "--", "/bin/sh")
     rec = box.ok("launch", "demo", "--host", "box", "--name", "asker", "--json")
     wait_for(lambda: "demo>" in box.ok("read", "asker@box"), what="the demo prompt over ssh")
-    with Watching(box) as w:
+    client = TmuxClient(box.socket, "main", dict(box.env, TERM="xterm-256color"), cols=120, rows=30)
+    with contextlib.closing(client), Watching(box) as w:
         def lines(pred):
             return [c for c in list(w.changes) if pred(c)]
 
@@ -360,6 +364,17 @@ def test_the_watch_follows_a_remote_host_goes_offline_and_back_and_leaves_nothin
                  what="the remote agent's waiting line")
         wait_for(lambda: w.option("@muxhost_summary") == "1 waiting", timeout=10, what="the summary")
         assert w.option("@muxhost_waiting") == "asker@box"
+        client.wait_text("asker@box (demo) is waiting for you", timeout=5)  # the alert, naming the host
+        conf = box.home / "bindings.conf"
+        conf.write_text(box.ok("tmux-bindings"))
+        assert box.server.cmd("source-file", str(conf)).returncode == 0
+        for k in ("HOME", "PATH", "MUXHOST_CONFIG", "MUXHOST_STATE_DIR", "XDG_RUNTIME_DIR"):  # (a user's server has them)
+            box.server.cmd("set-environment", "-g", k, box.env[k])
+        client.press(b"\x02W")  # the wait key: to the remote agent, as `attach asker@box` opens it
+        wait_for(lambda: "asker@box" in box.tmux("list-windows", "-a", "-F", "#{window_name}"), timeout=15,
+                 what="a window running ssh -t to the remote agent")
+        wait_for(lambda: "demo>" in "\n".join(box.tmux("capture-pane", "-p", "-t", "asker@box")), timeout=20,
+                 what="the remote agent's screen in that window")
         ssh_kids = [p.pid for p in psutil.Process(w.proc.pid).children(recursive=True) if p.name() == "ssh"]
         assert ssh_kids and _remote_watches(box.remote), "an ssh child here runs the remote watch"
 
