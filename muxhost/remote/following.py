@@ -57,6 +57,7 @@ class Follower:
         self.lock = threading.Lock()
         self.ended = threading.Event()
         self.procs: dict[str, Any] = {}  # host -> its ssh child now
+        self.version = 0  # one more at each change of what is known (the dashboard looks again)
         self.threads = [threading.Thread(target=self._follow, args=(table.hosts[n],), daemon=True,
                                          name=f"muxhost-follow-{n}") for n in self.states]
 
@@ -183,6 +184,7 @@ class Follower:
             return  # (a notify warning there, or a line of a later muxhost: not ours to count)
         line = {**line, "host": name}
         with self.lock:
+            self.version += 1
             if line.get("new"):
                 self.states[name].records[line["record"]] = line
             else:
@@ -215,6 +217,7 @@ class Follower:
             was, s.online, s.reason = s.online, True, None
             if was is not True or s.mode != mode:
                 s.records.clear()  # (a new session tells every record again)
+                self.version += 1
             s.mode = mode
         if was is not True:
             self.emit({"host": name, "online": True, "reason": None, "at": round(time.time(), 3)})
@@ -223,6 +226,7 @@ class Follower:
         with self.lock:
             s = self.states[name]
             was = (s.online, s.reason)
+            self.version += 1
             s.online, s.reason = False, reason
             s.records.clear()
         if was != (False, reason):

@@ -275,16 +275,25 @@ def attach(host, args: list[str], timeout: float = 5.0, ref: str = "attach") -> 
     """``attach REF@HOST``: ``ssh -t`` running the remote ``muxhost attach REF``; inside tmux, in a new
     window of this server named ``REF@HOST`` (``#`` doubled: tmux expands formats in a window name,
     and ``#(…)`` would run here)."""
-    argv = ssh_argv(host, remote_command(host, ["attach", *args]), timeout, tty=True)
     sys.stdout.flush()
-    if os.environ.get("TMUX"):
+    argv = open_attach(host, args, timeout, ref, os.environ)
+    if argv:
+        os.execvp(argv[0], argv)
+    return 0
+
+
+def open_attach(host, args: list[str], timeout: float, ref: str, env) -> list[str] | None:
+    """``attach REF@HOST`` inside tmux (``TMUX`` in ``env``): a new window running it (None);
+    outside: the ``ssh -t`` argv for this terminal to run."""
+    argv = ssh_argv(host, remote_command(host, ["attach", *args]), timeout, tty=True)
+    if env.get("TMUX"):
         name = f"{ref}@{host.name}".replace("#", "##")
-        r = subprocess.run(["tmux", "new-window", "-n", name, "--", *argv], capture_output=True, text=True)
+        r = subprocess.run(["tmux", "new-window", "-n", name, "--", *argv], capture_output=True, text=True,
+                           env={**os.environ, "TMUX": env["TMUX"]})
         if r.returncode != 0:
             raise MuxhostError(f"tmux new-window failed: {r.stderr.strip() or r.returncode}")
-        return 0
-    os.execvp(argv[0], argv)
-    return 0  # (not reached)
+        return None
+    return argv
 
 
 def session(host, argv: list[str], timeout: float) -> subprocess.Popen:
