@@ -29,6 +29,7 @@ from muxhost.errors import MuxhostError
 from muxhost.remote import protocol
 
 CONTROL_PERSIST = 60
+SERVER_ALIVE = 15
 OFFLINE_CACHE_SECONDS = 30.0
 _SUN_PATH = 103  # a unix socket path's room (104 on macOS with its NUL; 108 on Linux)
 INSTALL = f"python3 -m pip install --user muxhost=={__version__}"
@@ -100,6 +101,8 @@ def ssh_argv(host, command: str, timeout: float, tty: bool = False) -> list[str]
             "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, math.ceil(timeout))}",
             "-o", "ControlMaster=auto", "-o", f"ControlPersist={CONTROL_PERSIST}",
             "-o", f"ControlPath={control_dir()}/%C", "-o", "LogLevel=ERROR",
+            # (a connection that breaks without a word ends within 45 s: a followed watch's host goes offline)
+            "-o", f"ServerAliveInterval={SERVER_ALIVE}", "-o", "ServerAliveCountMax=3",
             "--", host.ssh, command]
 
 
