@@ -1,5 +1,5 @@
 """What a plugin author works with: :class:`Agent`, :class:`AgentContext`, :class:`Launch`,
-:class:`PurgeReport` (CONTRACT §2).
+:class:`PurgeReport`, :class:`Conversation` (CONTRACT §2).
 
 An agent plugin says what differs between agents: how to start and resume one, how to find the
 conversation it is in, whether that conversation is in use, and how to purge it completely. The host
@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 UUID_PATTERN = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 
@@ -66,6 +66,26 @@ class Launch:
     argv: Sequence[str]
     env: Mapping[str, str] = field(default_factory=dict)
     conversation_id: str | None = None
+
+
+@dataclass
+class Conversation:
+    """One conversation on disk, as :meth:`Agent.conversations` tells it: its ``id``, ``created`` and
+    ``updated`` (epoch seconds: the first and the last write), ``cwd`` (the folder it ran in; "" when
+    unknown), ``title`` (its title or first prompt: one short line), ``size`` (bytes on disk, from
+    ``stat``) and ``children`` (the ids of its direct child conversations: listed under it, and purged
+    with it)."""
+
+    id: str
+    created: float = 0.0
+    updated: float = 0.0
+    cwd: str = ""
+    title: str = ""
+    size: int = 0
+    children: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass
@@ -288,6 +308,15 @@ class Agent:
         with no new output and no CPU in any non-resident process; with no opinion the host says
         ``working`` while output changes or the agent's processes use CPU, else ``idle``."""
         return None
+
+    def conversations(self, ctx: AgentContext) -> Iterable[Conversation]:
+        """Every conversation of the agent on disk for ``ctx`` (its HOME and environment: every
+        project, not only ``ctx.cwd``), child conversations included (each a :class:`Conversation`
+        of its own, its id in its parent's ``children``). Read-only and cheap: a title from the first
+        lines of a transcript, never the whole of it; sizes from ``stat`` (``kit.conversations``
+        does both for a folder of JSONL transcripts, rollout files, a sessions table). The host drops
+        every id :meth:`valid_id` refuses. Default: none."""
+        return ()
 
     def in_use(self, ctx: AgentContext, conversation_id: str) -> list[str]:
         """Who holds the conversation, one line each (``"pid 812 claude --resume …"``); [] = free.

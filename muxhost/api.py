@@ -5,7 +5,7 @@ Agent plugins::
     from muxhost.api import Agent, AgentContext, Launch, artifacts, hookimpl, kit
 
 - :class:`Agent` (subclass it), :class:`AgentContext` (``ctx``), :class:`Launch` (what ``launch`` and
-  ``resume`` return), :class:`Activity` (what ``activity`` returns: the state and the reason), :class:`PurgeReport` (what a purge reports), :data:`UUID_PATTERN`;
+  ``resume`` return), :class:`Activity` (what ``activity`` returns: the state and the reason), :class:`PurgeReport` (what a purge reports), :class:`Conversation` (what ``conversations`` yields), :data:`UUID_PATTERN`;
 - :data:`hookimpl`, the marker of every hook implementation (``muxhost_register_agents``, …);
 - the errors that reach the user as one ``muxhost:`` line and an exit code: :class:`MuxhostError`
   (1), :class:`UsageError` (2), :class:`ConfigError` (2), :class:`NotFound` (3), :class:`Refused` (4),
@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 #: name -> (module, attribute in it; None: the module itself)
 _WHERE: dict[str, tuple[str, str | None]] = {
-    **{n: ("muxhost.agent", n) for n in ("Activity", "Agent", "AgentContext", "Launch", "PurgeReport",
-                                         "UUID_PATTERN")},
+    **{n: ("muxhost.agent", n) for n in ("Activity", "Agent", "AgentContext", "Conversation", "Launch",
+                                         "PurgeReport", "UUID_PATTERN")},
     **{n: ("muxhost.errors", n) for n in ("MuxhostError", "UsageError", "ConfigError", "NotFound", "Refused",
                                           "PurgeIncomplete")},
     "artifacts": ("muxhost.artifacts", None),
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     import pluggy
 
     from muxhost import artifacts, kit
-    from muxhost.agent import UUID_PATTERN, Activity, Agent, AgentContext, Launch, PurgeReport
+    from muxhost.agent import UUID_PATTERN, Activity, Agent, AgentContext, Conversation, Launch, PurgeReport
     from muxhost.backends import AGENT_OPTION, RECORD_OPTION, Backend, PaneInfo
     from muxhost.errors import ConfigError, MuxhostError, NotFound, PurgeIncomplete, Refused, UsageError
     from muxhost.launcher import TAKE_TIMEOUT as LAUNCH_TIMEOUT

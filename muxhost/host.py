@@ -24,7 +24,9 @@ Each operation is a module with its own object, given the core and the operation
 - :mod:`muxhost.explaining` (``Explaining``): ``explain``: what that look read and which rule decided;
 - :mod:`muxhost.passes`: **the watch pass** — observe (one pane query, one process pass, the screens that
   moved) → judge (pure) — shared by the watch and ``wait``;
-- :mod:`muxhost.watching` (``WatchOps``, ``Watch``): the watch: a pass per interval, then publish.
+- :mod:`muxhost.watching` (``WatchOps``, ``Watch``): the watch: a pass per interval, then publish;
+- :mod:`muxhost.inventory` (``Inventory``): every conversation on disk (``conversations``), and ``prune``
+  through the one purge.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from muxhost.core import Core
 from muxhost.errors import MuxhostError, Refused, UsageError
 from muxhost.explaining import Explaining
 from muxhost.fleet import SETTLE, UNTIL, WAIT_INTERVAL, Scripting, other_program
+from muxhost.inventory import Inventory, Row
 from muxhost.ladder import Ladder
 from muxhost.launching import ENV_RE, NAME_RE, Launching
 from muxhost.listing import Listing
@@ -81,6 +84,7 @@ class Host:
         self.removal = Removal(core, self.state, self.locks, self.refusals, self.purging)
         self._unpurging = None
         self.watching = WatchOps(self)
+        self.inventory = Inventory(core, self.state, self.launching, self.purge)
 
     # -- what every operation shares (muxhost.core) ------------------------------------------------
     @property
@@ -239,6 +243,16 @@ class Host:
 
     def rm(self, rec: Record, *, purge: bool = False, force: bool = False) -> dict[str, Any]:
         return self.removal.rm(rec, purge=purge, force=force)
+
+    # -- every conversation on disk, prune ------------------------------------------------------------
+    def conversations(self, agent: str | None = None, cwd: str | None = None, older_than: float | None = None,
+                      grep: str | None = None) -> list[Row]:
+        return self.inventory.conversations(agent, cwd, older_than, grep)
+
+    def prune(self, older_than: float, *, agent: str | None = None, cwd: str | None = None, dry_run: bool = False,
+              archive: bool = False, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+        return self.inventory.prune(older_than, agent=agent, cwd=cwd, dry_run=dry_run, archive=archive,
+                                    progress=progress)
 
     # -- sleep, wake, restore ------------------------------------------------------------------------
     def sleep_many(self, records: list[Record], grace: float | None = None,

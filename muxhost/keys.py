@@ -66,6 +66,7 @@ def bindings(key: str = "P", socket: str | None = None, wait_key: str = "W", ui_
 
         raise UsageError(f"the tmux socket name {socket!r} holds a control character")
     mux = muxhost_command() + (f" --socket {shlex.quote(socket)}" if socket else "")
+    tmux = f"tmux -L {shlex.quote(socket)}" if socket else "tmux"  # (what the Remove: lines run)
     # (--server: the key works only in the server muxhost uses; pressed in another one it says so)
     target = "--pane '#{pane_id}' --client '#{client_name}' --server '#{socket_path}'"
     prepare = f"{mux} purge-key {target} --prepare"
@@ -81,8 +82,8 @@ bind-key {key} if-shell {_tmux_quoted(prepare)} {{
     run-shell {_tmux_quoted(purge)}
   }}
 }}
-{waiting_key(wait_key, mux)}
-{ui_key_lines(ui_key, mux)}"""
+{waiting_key(wait_key, mux, tmux)}
+{ui_key_lines(ui_key, mux, tmux)}"""
 
 
 def _load_lines(socket: str | None, key: str) -> str:
@@ -101,7 +102,7 @@ def _load_lines(socket: str | None, key: str) -> str:
 # Remove: {tmux} unbind-key {key}"""
 
 
-def waiting_key(key: str, mux: str) -> str:
+def waiting_key(key: str, mux: str, tmux: str = "tmux") -> str:
     """prefix + ``key`` jumps to the agent that has waited longest: the pane the watch publishes as
     ``@muxhost_waiting`` (tmux only: no process runs on the key), or, when that is ``REF@HOST`` (an
     agent of a remote host), a new window running ``muxhost attach REF@HOST``."""
@@ -117,7 +118,7 @@ def waiting_key(key: str, mux: str) -> str:
 #   run-shell -b {_tmux_quoted(f"{mux} watch")}
 # (or put that line, without the #, in ~/.tmux.conf: a second watch for the server exits at once), and:
 #   set -g status-right '#{{{SUMMARY_OPTION}}} %H:%M'
-# Remove: tmux unbind-key {key}
+# Remove: {tmux} unbind-key {key}
 bind-key {key} if-shell -F {_tmux_quoted("#{" + WAITING_OPTION + "}")} {{
   if-shell -F {_tmux_quoted("#{m:%*,#{" + WAITING_OPTION + "}}")} {{
     run-shell -C {_tmux_quoted(jump)}
@@ -129,12 +130,12 @@ bind-key {key} if-shell -F {_tmux_quoted("#{" + WAITING_OPTION + "}")} {{
 }}"""
 
 
-def ui_key_lines(key: str, mux: str) -> str:
+def ui_key_lines(key: str, mux: str, tmux: str = "tmux") -> str:
     """prefix + ``key``: the dashboard (``muxhost ui --popup``) in a tmux popup; Enter there
     switches the client to the agent's pane and closes the popup."""
     return f"""
 # muxhost dashboard key: prefix + {key} opens `muxhost ui` in a popup (needs the ui extra: pip install
-# 'muxhost[ui]'); Enter there goes to the agent and closes it, q closes it. Remove: tmux unbind-key {key}
+# 'muxhost[ui]'); Enter there goes to the agent and closes it, q closes it. Remove: {tmux} unbind-key {key}
 bind-key {key} display-popup -E -w 90% -h 85% -d '#{{pane_current_path}}' {_tmux_quoted(f"{mux} ui --popup")}"""
 
 

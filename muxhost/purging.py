@@ -132,6 +132,7 @@ class Purging:
             if not confirm(report):
                 raise Refused("purge cancelled")
             # the answer may have taken minutes: who holds it now, and what is there now
+            ctx.processes = None  # (a new process table: the one read before the question is old)
             members = self._family(agent, ctx, conversation_id)
             self.refusals.refuse_held(agent, ctx, conversation_id, members)
             items = self._plan(agent, ctx, members)

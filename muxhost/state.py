@@ -395,6 +395,8 @@ class State:
             raise NotFound(f"no pane {pane_id}")
         running = {r.id: self.live(r, view, check_resumable=False) for r in records}
         rec = next((r for r in reversed(records) if server_of(r) == self.core.server and pane.record == r.id), None)
+        if rec is not None and (running[rec.id].pane is None or running[rec.id].pane.pane_id != pane.pane_id):
+            rec = None  # (the pane keeps its mark after a `respawn-pane`; the record is not there any more)
         if rec is not None:
             lv = running[rec.id]
             self.refresh([lv], view, records)

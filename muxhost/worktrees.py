@@ -234,17 +234,25 @@ class Removal:
     def __init__(self, core: "Core", state: "State", locks: "Locks", refusals: "Refusals", purging: "Purging"):
         self.core, self.state, self.locks, self.refusals, self.purging = core, state, locks, refusals, purging
 
-    def rm(self, rec: Record, *, purge: bool = False, force: bool = False) -> dict[str, Any]:
-        """Refuse (exit 4, nothing removed) while the record's agent may be there or its worktree has
-        uncommitted or untracked changes (unless ``force``); then purge its conversations
-        (``purge``), remove the worktree, delete its branch (only at its base) and forget the record.
-        Returns what was done: ``{"id", "name", "purged", "worktree", "branch", "forgotten", "done"}``."""
+    def agent_there(self, rec: Record) -> str | None:
+        """Why ``rm`` refuses ``rec`` now because its agent may be there (running, starting, asleep,
+        exited in its pane), or None."""
         view = self.state.view([rec])
         live = self.state.live(rec, view, self.core.registry.agents.get(rec.agent), check_resumable=False)
         state = "asleep" if rec.state == "asleep" else live.state
         if state in ("running", "starting", "asleep", "exited"):
             where = f" in pane {live.pane.pane_id}" if live.pane else ""
-            raise Refused(f"record {rec.id} ({rec.name}) is {state}{where}; stop it first")
+            return f"record {rec.id} ({rec.name}) is {state}{where}; stop it first"
+        return None
+
+    def rm(self, rec: Record, *, purge: bool = False, force: bool = False) -> dict[str, Any]:
+        """Refuse (exit 4, nothing removed) while the record's agent may be there or its worktree has
+        uncommitted or untracked changes (unless ``force``); then purge its conversations
+        (``purge``), remove the worktree, delete its branch (only at its base) and forget the record.
+        Returns what was done: ``{"id", "name", "purged", "worktree", "branch", "forgotten", "done"}``."""
+        there = self.agent_there(rec)
+        if there:
+            raise Refused(there)
         wt = rec.worktree
         present = bool(wt) and os.path.lexists(wt["path"])
         ours = False

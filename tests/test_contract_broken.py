@@ -30,6 +30,7 @@ MINI = textwrap.dedent('''
     import uuid
 
     import muxhost
+    from muxhost.api import kit
     from muxhost.artifacts import File, Lines
 
     PROGRAM = [sys.executable, "-m", "muxhost.demo_agent"]
@@ -71,6 +72,16 @@ MINI = textwrap.dedent('''
         def children(self, ctx, cid):
             return sorted(c for c, meta in self._metas(ctx).items() if meta.get("parent") == cid)
 
+        def conversations(self, ctx):
+            metas = self._metas(ctx)
+
+            def describe(path, entries):
+                first = next((e.get("text") for e in entries if e.get("type") == "user"), "")
+                return {"cwd": metas.get(path.stem, {}).get("cwd"), "title": kit.conversations.title(first),
+                        "children": sorted(c for c, m in metas.items() if m.get("parent") == path.stem)}
+
+            return list(kit.conversations.folder(self._root(ctx) / "conversations", describe))
+
         def artifacts(self, ctx, cid):
             return [File(self._conv(ctx, cid)),
                     Lines(self._root(ctx) / "history.jsonl", key="conversation", value=cid)]
@@ -95,6 +106,10 @@ BROKEN = {
     "forgets_the_children": (
         "        return sorted(c for c, meta in self._metas(ctx).items() if meta.get(\"parent\") == cid)\n",
         "        return []\n"),
+    # a `conversations` that lists nothing on disk (the default's answer)
+    "lists_nothing": (
+        "        return list(kit.conversations.folder(self._root(ctx) / \"conversations\", describe))\n",
+        "        return []\n"),
 }
 
 # the test that guards what each copy broke, and what its failure says
@@ -104,6 +119,7 @@ GUARDS = {
                            ["[in use]", "exited 0, not 4", "in_use() did not see it"]),
     "forgets_the_children": ("test_purge_takes_the_child_conversations",
                              ["[children]", "the plan does not name"]),
+    "lists_nothing": ("test_conversations_lists_what_the_agent_wrote", ["[conversations]", "is not listed"]),
 }
 COPIES = ["correct", *GUARDS]
 

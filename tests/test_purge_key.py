@@ -341,3 +341,38 @@ def test_the_lines_name_muxhosts_server_and_do_nothing_in_another(mux, tmp_path)
         subprocess.run([*tmux, "kill-server"], env=env, check=False)
     assert conv(mux, agent["conversation_id"]).read_bytes() == before
     assert mux.ok("show", agent["id"], "--json")["state"] == "running"
+
+
+def test_every_remove_line_names_the_private_server(mux):
+    """With a private socket, the line that removes each key (P, W, M) goes to that server:
+    `tmux unbind-key W` would unbind a key of the user's own server instead."""
+    told = [ln for ln in mux.ok("tmux-bindings").splitlines() if ln.startswith("#") and "unbind-key" in ln]
+    assert len(told) == 3, told
+    for line in told:
+        assert f"tmux -L {mux.socket} unbind-key" in line and "tmux unbind-key" not in line, line
+
+
+def test_a_pane_respawned_by_hand_is_no_longer_the_records(mux):
+    """`tmux respawn-pane -k` in an agent's pane keeps the pane's record mark, but not the agent: the
+    key (`purge --pane`) sees what runs there now — a plain shell is no agent (exit 3), an agent
+    started by hand in it is purged by its own conversation — never the record's conversation, which
+    may be running elsewhere by then (`resume` started it in a new pane)."""
+    rec = mux.ok("launch", "demo", "--json")
+    mux.wait_screen(rec["pane"], "demo>")
+    mux.tmux("respawn-pane", "-k", "-t", rec["pane"], "/bin/sh")
+    wait_for(lambda: mux.ok("show", rec["id"], "--json")["state"] != "running", what="the agent gone")
+    resumed = mux.ok("resume", rec["id"], "--json")
+    assert resumed["pane"] != rec["pane"]
+    r = mux.run("purge", "--pane", rec["pane"], "--dry-run", "--json")
+    assert r.rc == 3 and "no agent in pane" in r.err, (r.rc, r.out, r.err)
+    demo = Path(sys.executable).parent / "muxhost-demo"
+    mux.type(rec["pane"], f"HOME={mux.home} {demo if demo.exists() else 'muxhost-demo'}")
+    mux.wait_screen(rec["pane"], "demo>")
+    by_hand = mux.capture(rec["pane"]).split("conversation ")[1].split()[0]
+    assert by_hand != rec["conversation_id"]
+    plan = mux.ok("purge", "--pane", rec["pane"], "--dry-run", "--json")
+    assert plan["conversation_id"] == by_hand
+    r = mux.run("purge", "--pane", rec["pane"], "--stop", "--yes")
+    assert r.rc == 0, r.err
+    assert not conv(mux, by_hand).exists() and conv(mux, rec["conversation_id"]).exists()
+    assert mux.ok("show", rec["id"], "--json")["state"] == "running"

@@ -432,3 +432,35 @@ def test_a_remote_host_already_watched_there_is_followed_by_ls(box):
         theirs.terminate()
         theirs.wait(10)
     box.ok("stop", "watched@box")
+
+
+def test_the_attach_hint_of_a_remote_launch_resume_and_wake_names_the_host(box):
+    """`launch --host box`, `resume X@box`, `wake X@box` print `attach: muxhost attach X@box`, and that
+    line works here (a bare `muxhost attach X` is no record of this machine: exit 3)."""
+    out = box.ok("launch", "demo", "--host", "box", "--name", "hinted")
+    assert "  attach: muxhost attach hinted@box" in out.splitlines(), out
+    box.tmux("new-session", "-d", "-s", "outer", "-x", "120", "-y", "30", "/bin/sh")
+    path = box.tmux("display-message", "-p", "-t", "outer", "#{socket_path}")[0]
+    r = box.run("attach", "hinted@box", env={"TMUX": f"{path},1,0"})  # (the hint's line, run here)
+    assert r.rc == 0, r.err
+    box.ok("sleep", "hinted@box")
+    assert "  attach: muxhost attach hinted@box" in box.ok("wake", "hinted@box").splitlines()
+    box.ok("stop", "hinted@box")
+    assert "  attach: muxhost attach hinted@box" in box.ok("resume", "hinted@box").splitlines()
+    box.ok("stop", "hinted@box")
+    assert "  attach: muxhost attach here-only" in box.ok("launch", "demo", "--name", "here-only").splitlines()
+
+
+def test_purge_at_a_host_refused_now_says_so_without_asking(box):
+    """``purge REF@HOST`` (no --yes, no --stop) of a running agent: the refusal and exit 4, as a local
+    purge does; never a 'for good? [y/N]' whose yes can only be refused."""
+    rec = box.ok("launch", "demo", "--host", "box", "--name", "busy", "--json")
+    wait_for(lambda: "demo>" in box.ok("read", "busy@box"), what="the demo prompt")
+    pane = box.shell(box.home, box.env)
+    box.type(pane, f"{sys.executable} -m muxhost purge busy@box; echo rc=$((100 + $?))")
+    screen = box.wait_screen(pane, "rc=1", timeout=60)
+    assert "rc=104" in screen and "is in use" in screen and "[y/N]" not in screen, screen
+    conv = box.remote.home / ".local" / "share" / "muxhost-demo" / "conversations" / f"{rec['conversation_id']}.jsonl"
+    assert conv.exists()
+    box.end_shell(pane)
+    box.ok("stop", "busy@box")

@@ -240,3 +240,53 @@ def test_the_options_that_take_a_value_are_the_parsers_own():
     globals_ = {f for a in build_parser()._actions if a.option_strings and a.nargs != 0
                 and not isinstance(a, (argparse._HelpAction, argparse._VersionAction)) for f in a.option_strings}
     assert globals_ == set(remote.GLOBAL_WITH_VALUE)
+
+
+def test_a_connection_lost_midway_is_one_line_and_exit_1(tmp_path, monkeypatch, capsys):
+    """The session dies after the remote's header (the network went, the master connection was
+    killed): one `muxhost: box: …` line and exit 1, never ssh's own 255 in silence (`wait X@box`
+    returned 255 and said nothing)."""
+    import os
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    header = protocol.header().replace('"', '\\"')
+    (bin_dir / "ssh").write_text(f'#!/bin/sh\ncat >/dev/null\necho "{header}"\n'
+                                 'echo "Connection to 127.0.0.1 closed by remote host." >&2\nexit 255\n')
+    os.chmod(bin_dir / "ssh", 0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("MUXHOST_STATE_DIR", str(tmp_path / "s"))
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    rc = transport.forward(RemoteHost("box", "box", "muxhost"), ["wait", "r", "--until", "exited"])
+    err = capsys.readouterr().err
+    assert rc == 1, (rc, err)
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("muxhost: box: ") and "closed by remote host" in lines[-1], err
+
+
+def test_ls_across_hosts_fits_100_columns_offline_rows_too(monkeypatch):
+    """`ls` with hosts (not on a terminal: 100 columns) keeps every line within 100 columns: an
+    offline host's row says what kind of failure (`unreachable`), the whole reason is a note line
+    (as with --json); `--wide` shows it in the row."""
+    from muxhost.remote import listing
+
+    monkeypatch.setenv("HOME", "/home/me")
+    docs = [{"host": "local", "id": "1a2b3c4d", "name": "fix-tests", "agent": "claude", "state": "running",
+             "activity": "idle", "pane": "%12", "conversation_id": "c" * 36, "resumable": True,
+             "cwd": "/home/me/src/some/deep/project/folder"}]
+    why = "unreachable (ssh: connect to host 10.0.0.12 port 22: Connection timed out after a long while)"
+    lines = listing.table(docs, [("buildbox", why)]).splitlines()
+    assert all(len(line) <= 100 for line in lines), "\n".join(f"{len(ln)}: {ln}" for ln in lines)
+    assert lines[-1].split() == ["buildbox", "-", "-", "-", "offline", "-", "-", "-", "-", "unreachable"]
+    assert why in listing.table(docs, [("buildbox", why)], wide=True)
+
+
+def test_hosts_add_of_a_name_in_use_says_what_it_replaced(mux):
+    """`hosts add box …` again (a typo, another target): it says the host changed and what it was,
+    --muxhost path included, instead of 'added host box' over the old one in silence."""
+    mux.ok("hosts", "add", "box", "me@box", "--muxhost", "~/.local/bin/muxhost")
+    out = mux.ok("hosts", "add", "box", "me@other")
+    assert "changed host box" in out and "me@box" in out and "~/.local/bin/muxhost" in out, out
+    assert "added host other" in mux.ok("hosts", "add", "other", "me@other")

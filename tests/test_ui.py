@@ -555,3 +555,137 @@ def test_end_to_end_in_a_tmux_pane(mux):
                  timeout=20, what="the dashboard gone")
     finally:
         client.close()
+
+
+# -- found by the user-level audit (rv-audit) -------------------------------------------------------
+def screen_text(app) -> str:
+    """What the terminal shows, as plain text lines (what `capture-pane` would read)."""
+    import re
+    from html import unescape
+
+    svg = app.export_screenshot()
+    lines: dict[str, list[str]] = {}
+    for y, text in re.findall(r'<text [^>]*y="([0-9.]+)"[^>]*>([^<]*)</text>', svg):
+        lines.setdefault(y, []).append(unescape(text).replace("\xa0", " "))
+    return "\n".join("".join(parts) for _, parts in sorted(lines.items(), key=lambda kv: float(kv[0])))
+
+
+def test_a_status_that_grows_in_place_is_drawn_whole(world):
+    """A row whose status text grows while the rows stay in the same order (``idle 0s`` then
+    ``asleep 12s``) is drawn whole: the column widens, the cell is not cut to ``asleep 1``."""
+    from rich.cells import cell_len
+
+    lv = world.host.launch("demo", cwd=str(world.tmp), name="grow")
+
+    async def go():
+        app = dashboard(world)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settled(pilot, "grow", "running")
+            await until(pilot, lambda: "idle" in app._drawn[0][0][0], what="idle drawn")
+            def other():  # another muxhost sleeps it: the same row, in the same order
+                host = world.make()
+                host.sleep_many([host.store.get(lv.rec.id)])
+
+            await asyncio.to_thread(other)
+            await until(pilot, lambda: app._drawn and app._drawn[0][0][0].startswith("z asleep"), what="asleep drawn")
+            table = app.query_one("#table")
+            shown = table.get_row(lv.rec.id)[0]
+            width = table.columns["status"].content_width
+            assert width >= cell_len(str(shown)), f"{str(shown)!r} cut to {width} cells"
+
+    run(go())
+
+
+@pytest.mark.parametrize("rows", [24, 23])
+def test_the_launch_form_says_how_to_launch_at_80x24(world, rows):
+    """The launch form at 80×24 (and 80×23: a tmux window of 24 rows with its status line) shows its
+    hint (Enter launches, Esc cancels), not only the inputs."""
+
+    async def go():
+        app = dashboard(world)
+        async with app.run_test(size=(80, rows)) as pilot:
+            await until(pilot, lambda: app.looked_at, what="the first look")
+            await pilot.press("n")
+            await until(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the form")
+            await pilot.pause(0.3)
+            assert "Enter launches" in screen_text(app)
+
+    run(go())
+
+
+def test_rm_of_a_running_record_says_it_would_be_refused(world):
+    """`d` on a running record: the confirmation says rm would refuse it now (stop it first)."""
+    world.host.launch("demo", cwd=str(world.tmp), name="live")
+
+    async def go():
+        app = dashboard(world)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await select(pilot, "live")
+            await pilot.press("d")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation")
+            await pilot.pause(0.3)
+            assert "refused now: record" in screen_text(app) and "stop it first" in screen_text(app)
+            await pilot.press("n")
+
+    run(go())
+
+
+def test_the_footer_shows_every_key_at_80_columns(world):
+    """At 80 columns the footer shows every key it lists, the last ones (`? help`, `q quit`) too:
+    they were cut off at `? he`."""
+
+    async def go():
+        app = dashboard(world)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.looked_at, what="the first look")
+            await pilot.pause(0.3)
+            footer = screen_text(app).splitlines()[-1]
+            for key in ("i type", "n new", "s stop", "z sleep", "w wake", "r resume", "p purge", "d rm",
+                        "/ filter", "? help", "q quit"):
+                assert key in footer, footer
+
+    run(go())
+
+
+def test_a_plan_and_a_refusal_are_shown_as_text_never_as_markup(world):
+    """The purge plan's items (`… [child conversation ID]`) and a refusal that quotes a process's
+    command line (`python -c 'x[/]'`) are shown as they are: as Rich markup the children's labels
+    vanished, and a `[/]` in an argv ended the dashboard (MarkupError)."""
+    plan = ["~/c/1.jsonl", "~/c/2.jsonl [child conversation 2a]", "odd [bold]name[/bold] [/]"]
+    refused = "conversation 1 is in use: pid 7 python -c 'x[/]'"
+
+    async def go():
+        app = dashboard(world)
+        async with app.run_test(size=(120, 30)) as pilot:
+            await until(pilot, lambda: app.looked_at, what="the first look")
+            app.push_screen(ConfirmScreen("purge demo conversation 1 of [x] for good?", plan, refused))
+            await pilot.pause(0.5)
+            text = screen_text(app)
+            assert app.is_running
+            for shown in ("[child conversation 2a]", "odd [bold]name[/bold] [/]", "python -c 'x[/]'", "of [x] for"):
+                assert shown in text, text
+            await pilot.press("n")
+
+    run(go())
+
+
+def test_the_header_keeps_the_time_of_the_last_look_when_the_counts_are_long(world):
+    """At 80 columns with records in many states the header still ends with the time of the last look
+    (the server's name gives way first); it ran off the edge with the server."""
+    statuses = ["waiting", "idle", "asleep", "exited", *["stopped"] * 12]
+    rows = [ui_rows.Row(id=f"{i:08x}", name=f"r{i}", agent="demo", status=s, since=None, state=s,
+                        conversation=None, cwd="/", branch=None, worktree=None, pane=None, resumable=False)
+            for i, s in enumerate(statuses)]
+
+    async def go():
+        app = Dashboard(world.make, env={}, cwd=str(world.tmp), where="tmux socket 'a-long-socket-name'")
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.looked_at, what="the first look")
+            app.rows = rows
+            app._header()
+            await pilot.pause(0.2)
+            top = screen_text(app).splitlines()[0]
+            assert time.strftime("%H:%M", time.localtime(app.looked_at)) in top, top
+            assert "1 waiting" in top and "12 stopped" in top, top
+
+    run(go())

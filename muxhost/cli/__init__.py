@@ -45,6 +45,8 @@ COMMANDS = {
     "wait": "wait until the agent is idle, waiting for you, or exited",
     "read": "print the agent's screen as plain text",
     "rm": "forget a stopped record and remove the git worktree muxhost made for it",
+    "conversations": "every conversation on disk, of every agent: age, folder, size, title, record, in use",
+    "prune": "purge every conversation last updated before a cutoff, skipping those in use",
     "hosts": "remote hosts reached over ssh: add, rm, ls",
     "ui": "the dashboard: every agent live, a preview, a key for each command (docs/ui.md)",
     "notify": "the watch's notifications (notify.urls): `notify test` sends one to every channel",

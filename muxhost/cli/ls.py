@@ -53,14 +53,18 @@ def run(host, args) -> int:
              "yes" if lv.resumable else "no", lv.rec.cwd] for lv in lives]
     headers = ["ID", "NAME", "AGENT", "STATE", "ACTIVITY", "PANE", "CONVERSATION", "RESUMABLE", "CWD"]
     if not args.wide:  # the folder gets what is left of the line, shortened from the left
-        import shutil
-
-        width = shutil.get_terminal_size((100, 24)).columns if sys.stdout.isatty() else 100
         used = len(table([r[:-1] for r in rows], headers[:-1]).splitlines()[0]) + 2
         for r in rows:
-            r[-1] = short_path(r[-1], max(16, width - used))
+            r[-1] = short_path(r[-1], max(16, line_width() - used))
     print(table(rows, headers))
     return 0
+
+
+def line_width() -> int:
+    """The columns a table fits: the terminal's, else 100 (a pipe, a file)."""
+    import shutil
+
+    return shutil.get_terminal_size((100, 24)).columns if sys.stdout.isatty() else 100
 
 
 def short_id(cid: str, others=()) -> str:
@@ -123,13 +127,16 @@ def children_of(host, rec) -> list[str]:
         return []
 
 
-def _ago(seconds: float) -> str:
+def ago(seconds: float) -> str:
     """``45s``, ``12m``, ``3h``, ``2d``."""
     s = max(0, int(seconds))
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if s >= size:
             return f"{s // size}{unit}"
     return f"{s}s"
+
+
+_ago = ago  # (the name the dashboard and the remote listing import)
 
 
 def activity(lv) -> str:

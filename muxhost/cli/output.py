@@ -27,4 +27,9 @@ def notes(live) -> None:
 
 
 def attach_hint(live) -> str:
-    return f"  attach: muxhost attach {live.rec.name}" if live.pane is not None else ""
+    """``attach: muxhost attach NAME``; ``NAME@HOST`` when run for another muxhost that knows this
+    machine as HOST (a remote launch, resume, wake: the line is run there)."""
+    from muxhost.remote import protocol
+
+    at = protocol.serving_as()
+    return f"  attach: muxhost attach {live.rec.name}{'@' + at if at else ''}" if live.pane is not None else ""

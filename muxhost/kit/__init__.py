@@ -14,6 +14,8 @@ Nothing is loaded before it is used: ``kit.sqlite`` (after ``from muxhost.api im
 - :mod:`muxhost.kit.flock` ``flock`` with a deadline, and the ``mkdir`` lock of npm proper-lockfile;
 - :mod:`muxhost.kit.family` a conversation and its children at every depth (cycle-safe);
 - :mod:`muxhost.kit.command` run the agent's own delete command, with the agent's environment;
+- :mod:`muxhost.kit.conversations` every conversation on disk (``Agent.conversations``), read-only and
+  cheap: a folder of JSONL transcripts, rollout files, a sessions table; titles from the first lines;
 - on :class:`~muxhost.agent.AgentContext`: ``ctx.find_binary(name, install_hint)`` and
   ``ctx.resolve(path)`` (``~`` is the AGENT's HOME, a relative path is the agent's cwd's).
 
@@ -28,7 +30,7 @@ All three: the before/after diff of ``purge`` (``removed`` = plan minus residual
 labels are the host's once ``artifacts`` returns typed artifacts.
 """
 
-MODULES = ("holders", "sqlite", "jsonl", "flock", "family", "command")
+MODULES = ("holders", "sqlite", "jsonl", "flock", "family", "command", "conversations")
 
 
 def __getattr__(name: str):

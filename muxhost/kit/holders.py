@@ -28,8 +28,9 @@ import os
 import re
 import shlex
 import sys
+import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Collection, Iterable, Union
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Union
 
 import psutil
 
@@ -80,6 +81,20 @@ def _uid(pid: int) -> int | None:
 # argv and environment
 
 
+#: the environments read of each process table's processes (None: gone, another process, not ours)
+_ENVIRONS: "weakref.WeakKeyDictionary[ProcessTable, dict[int, dict[str, str] | None]]" = weakref.WeakKeyDictionary()
+
+
+def _environ(p: Proc) -> dict[str, str] | None:
+    try:
+        ps = psutil.Process(p.pid)
+        if abs(ps.create_time() - p.create_time) > CT_TOLERANCE:
+            return None
+        return ps.environ()
+    except (psutil.Error, OSError):
+        return None
+
+
 def with_env(table: ProcessTable, values: str | Collection[str],
              names: Iterable[str] | None = None) -> list[tuple[Proc, str]]:
     """``[(process, "NAME=value"), …]``: processes with an environment variable equal to one of
@@ -90,15 +105,14 @@ def with_env(table: ProcessTable, values: str | Collection[str],
     keys = None if names is None else list(dict.fromkeys(names))
     me = os.getpid()
     out = []
+    read = _ENVIRONS.setdefault(table, {})  # (one read per process and table: `conversations` asks for each)
     for p in table.procs.values():
         if p.pid == me or p.pid <= 0:
             continue
-        try:
-            ps = psutil.Process(p.pid)
-            if abs(ps.create_time() - p.create_time) > CT_TOLERANCE:
-                continue
-            env = ps.environ()
-        except (psutil.Error, OSError):
+        if p.pid not in read:
+            read[p.pid] = _environ(p)
+        env = read[p.pid]
+        if env is None:
             continue
         pairs = env.items() if keys is None else ((k, env.get(k)) for k in keys)
         hit = next((f"{k}={v}" for k, v in pairs if v in wanted), None)
@@ -140,6 +154,19 @@ def open_paths(pid: int) -> list[str]:
     return [f.path for f in psutil.Process(pid).open_files()]
 
 
+#: the open files read of each process table's processes: paths, psutil.AccessDenied, or None (gone)
+_OPENED: "weakref.WeakKeyDictionary[ProcessTable, dict[int, Any]]" = weakref.WeakKeyDictionary()
+
+
+def _opened(pid: int) -> Any:
+    try:
+        return open_paths(pid)
+    except psutil.AccessDenied:
+        return psutil.AccessDenied
+    except (psutil.Error, OSError):
+        return None
+
+
 @dataclass
 class OpenScan:
     """What :func:`with_open` saw: ``found`` (process, path as given) pairs; ``unreadable``, the
@@ -165,17 +192,19 @@ def with_open(table: ProcessTable, paths: Iterable[str | os.PathLike], names: It
     canonical = _proc_fd()  # Linux names every open file by its resolved path already
     names = tuple(names)
     uid, me = os.getuid(), os.getpid()
+    read = _OPENED.setdefault(table, {})  # (one read per process and table: `conversations` asks for each)
     for p in table.procs.values():
         if p.pid == me or p.pid <= 0:
             continue
-        try:
-            opened = open_paths(p.pid)
-        except psutil.AccessDenied:
+        if p.pid not in read:
+            read[p.pid] = _opened(p.pid)
+        opened = read[p.pid]
+        if opened is psutil.AccessDenied:
             scan.blind += 1
             if _uid(p.pid) == uid or p.matches_name(names):
                 scan.unreadable.append(p)
             continue
-        except (psutil.Error, OSError):
+        if opened is None:
             continue
         hits = []
         for path in opened:

@@ -175,6 +175,25 @@ class DemoAgent(Agent):
     def roots(self, ctx: AgentContext) -> list[Path]:
         return [*super().roots(ctx), self.root(ctx)]  # MUXHOST_DEMO_HOME may be anywhere
 
+    def conversations(self, ctx: AgentContext) -> list:
+        """Every file of ``conversations/``: its meta line (cwd, created, parent) and first prompt
+        from the file's first lines (``kit.conversations``), times and size from ``stat``."""
+        parents: dict[str, str | None] = {}
+
+        def describe(path: Path, entries: list[dict]) -> dict:
+            meta = entries[0] if entries and entries[0].get("type") == "meta" else {}
+            parents[path.stem] = meta.get("parent")
+            first = next((e.get("text") for e in entries if e.get("type") == "user"), "")
+            created = meta.get("created")
+            return {"cwd": meta.get("cwd") if isinstance(meta.get("cwd"), str) else None,
+                    "created": float(created) if isinstance(created, (int, float)) else None,
+                    "title": kit.conversations.title(first)}
+
+        found = list(kit.conversations.folder(self.root(ctx) / "conversations", describe))
+        for conv in found:
+            conv.children = sorted(c for c, p in parents.items() if p == conv.id)
+        return found
+
 
 @hookimpl
 def muxhost_register_agents(register):

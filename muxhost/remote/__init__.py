@@ -61,17 +61,23 @@ def dispatch(argv: Sequence[str]) -> int | None:
         positions = _ref_positions(word, rest)
         if any("@" in rest[i] for i in positions):  # (not the text of `send r "mail me@x"`)
             return _forward_ref(_config_of(globals_), word, rest, positions)
+    if word in HOST_VERBS and any(a == "--host" or a.startswith("--host=") for a in rest):
+        return _forward_launch(_config_of(globals_), rest, word)
     return None
+
+
+#: verbs besides ``launch`` that take ``--host NAME``: the whole command runs on that host
+HOST_VERBS = ("conversations", "prune")
 
 
 def _cut(rest: list[str]) -> int:
     return rest.index("--") if "--" in rest else len(rest)
 
 
-def _forward_launch(config_path: str | None, rest: list[str]) -> int:
-    """``launch … --host NAME``: the launch on NAME, without ``--host``. (Its ``--env`` values stay in
-    argv: the whole request is on the session's stdin, never on a command line, and the remote launch
-    checks them as a local one does.)"""
+def _forward_launch(config_path: str | None, rest: list[str], word: str = "launch") -> int:
+    """``launch … --host NAME`` (``conversations``, ``prune`` too): the command on NAME, without
+    ``--host``. (launch's ``--env`` values stay in argv: the whole request is on the session's stdin,
+    never on a command line, and the remote launch checks them as a local one does.)"""
     from muxhost.remote import hosts, transport
 
     cut = _cut(rest)
@@ -81,7 +87,7 @@ def _forward_launch(config_path: str | None, rest: list[str]) -> int:
         a = mine[i]
         if a == "--host":
             if i + 1 >= len(mine):
-                raise UsageError("launch: argument --host: expected one argument")
+                raise UsageError(f"{word}: argument --host: expected one argument")
             name, i = mine[i + 1], i + 2
             continue
         if a.startswith("--host="):
@@ -92,7 +98,7 @@ def _forward_launch(config_path: str | None, rest: list[str]) -> int:
     if name == hosts.LOCAL:
         return None  # type: ignore[return-value]  # (`--host local`: here, as without it)
     table = hosts.load(config_path)
-    return transport.forward(table.get(name), ["launch", *out, *agent_args], timeout=table.timeout)
+    return transport.forward(table.get(name), [word, *out, *agent_args], timeout=table.timeout)
 
 
 def _forward_ref(config_path: str | None, word: str, rest: list[str], positions: list[int]) -> int:
@@ -143,6 +149,9 @@ def _purge_confirmed(host, args: list[str], timeout: float) -> int:
         return shown.rc or 1
     print_report(types.SimpleNamespace(**{"stopped": None, "home": None, "refused": None, "notes": [],
                                           **shown.doc}), False)
+    if shown.doc.get("refused"):  # (a yes could only be refused: say so now, as a local purge does)
+        print(f"muxhost: {host.name}: {shown.doc['refused']}", file=sys.stderr)
+        return 4
     try:
         answer = input(f"purge this on {host.name} for good? [y/N] ")
     except EOFError:

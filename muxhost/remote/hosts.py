@@ -178,9 +178,14 @@ def run(config_path: str | None, args) -> int:
         if args.name in table.hosts and table.hosts[args.name].source != str(added_file()):
             raise MuxhostError(f"host {args.name!r} is defined in {table.hosts[args.name].source}: change it there", 4)
         entries = _read_added()
+        old = entries.get(args.name)
         entries[args.name] = {"ssh": args.target, **({"muxhost": args.muxhost} if args.muxhost else {})}
         _write_added(entries)
-        print(f"added host {args.name} ({args.target}); `muxhost hosts ls` checks it")
+        if isinstance(old, dict):  # (said, with what it was: a typo must not lose a --muxhost path in silence)
+            was = f"{old.get('ssh')}" + (f", --muxhost {old['muxhost']}" if old.get("muxhost") else "")
+            print(f"changed host {args.name} to {args.target} (it was {was}); `muxhost hosts ls` checks it")
+        else:
+            print(f"added host {args.name} ({args.target}); `muxhost hosts ls` checks it")
         return 0
     if args.hosts_command == "rm":
         entries = _read_added()

@@ -66,11 +66,14 @@ class Fleet:
                 print(f"muxhost: note: host {name} is offline: {why}", file=sys.stderr)
             return 0
         print(table(docs, offline, wide=self.args.wide))
+        if not self.args.wide:
+            for name, why in offline:
+                print(f"muxhost: note: host {name} is offline: {why}", file=sys.stderr)
         return 0
 
 
 def table(docs: list[dict], offline: list[tuple[str, str]], wide: bool = False) -> str:
-    from muxhost.cli.ls import short_id, short_path
+    from muxhost.cli.ls import line_width, short_id, short_path
     from muxhost.cli.output import table as _table
 
     if not docs and not offline:
@@ -84,11 +87,13 @@ def table(docs: list[dict], offline: list[tuple[str, str]], wide: bool = False) 
                      "-" if not cid else (cid if wide else short_id(cid, ids)),
                      "yes" if d.get("resumable") else "no", str(d.get("cwd") or "-")])
     rows += [[name, "-", "-", "-", "offline", "-", "-", "-", "-", why] for name, why in offline]
-    if not wide:
-        used = len(_table([r[:-1] for r in rows], HEADERS[:-1]).splitlines()[0]) + 2
+    if not wide:  # the folder, or an offline host's reason, gets what is left of the line
+        room = line_width() - len(_table([r[:-1] for r in rows], HEADERS[:-1]).splitlines()[0]) - 2
         for r in rows:
             if r[4] != "offline":
-                r[-1] = short_path(r[-1], max(16, 100 - used))
+                r[-1] = short_path(r[-1], max(16, room))
+            else:  # (its kind, `unreachable`, `authentication refused`: the whole reason is a note)
+                r[-1] = r[-1].split(" (")[0].split(":")[0]
     return _table(rows, HEADERS)
 
 

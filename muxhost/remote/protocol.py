@@ -4,7 +4,8 @@ The remote command is fixed (``<muxhost> remote-serve``): nothing of the request
 line. The request, ``{"muxhost": VERSION, "schema": N, "argv": [...], "env": {K: V}}``, is one line
 on the session's stdin (``env``: ``launch --env`` values, given to the remote launch in-process as
 ``--env`` arguments; this muxhost leaves them in ``argv``, which rides the same stdin, and serves
-either).
+either). An optional ``"as": NAME`` is the name the caller knows this host by: the lines the verb
+prints for the user to run (``attach: muxhost attach REF@NAME``) name it, so they work there.
 The answer: a header line ``{"protocol": "muxhost-remote", "muxhost": VERSION, "schema": N}`` on
 stdout, then the verb's stdout, stderr and exit code as a local run gives them. Unknown fields are
 ignored on both sides; a schema other than :data:`SCHEMA` is refused in one line that says which
@@ -23,6 +24,7 @@ from typing import Any
 
 from muxhost import __version__
 from muxhost.remote import REF_VERBS
+from muxhost.remote.hosts import NAME_RE
 
 SCHEMA = 1
 SERVE_VERB = "remote-serve"
@@ -33,6 +35,7 @@ MAX_REQUEST = 1 << 20
 SERVED = ("launch", "ls", "watch", *(v for v in REF_VERBS if v != "attach"))
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _serving = False
+_serving_as: str | None = None
 
 
 def serving() -> bool:
@@ -40,9 +43,16 @@ def serving() -> bool:
     return _serving
 
 
-def request(argv: list[str], env: dict[str, str] | None = None) -> bytes:
-    return (json.dumps({"muxhost": __version__, "schema": SCHEMA, "argv": list(argv), "env": dict(env or {})})
-            + "\n").encode()
+def serving_as() -> str | None:
+    """The name the caller of the request being served knows this host by (``"as"``), or None."""
+    return _serving_as if _serving else None
+
+
+def request(argv: list[str], env: dict[str, str] | None = None, as_name: str | None = None) -> bytes:
+    doc = {"muxhost": __version__, "schema": SCHEMA, "argv": list(argv), "env": dict(env or {})}
+    if as_name:
+        doc["as"] = as_name
+    return (json.dumps(doc) + "\n").encode()
 
 
 def header() -> str:
@@ -71,19 +81,20 @@ def serve() -> int:
     """``muxhost remote-serve``: read one request on stdin, run its verb here, as the caller's
     ``cli`` would; print the header first. Called by ssh on the remote side. (Nothing outlives the
     call: the CLI may run many times in one process.)"""
-    global _serving
+    global _serving, _serving_as
     stdin = sys.stdin
     _serving = True
     try:
         return _serve(stdin)
     finally:
-        _serving = False
+        _serving, _serving_as = False, None
         if sys.stdin is not stdin:
             sys.stdin.close()
             sys.stdin = stdin
 
 
 def _serve(stdin) -> int:
+    global _serving_as
     line = stdin.buffer.readline(MAX_REQUEST) if hasattr(stdin, "buffer") else stdin.readline(MAX_REQUEST).encode()
     print(header(), flush=True)
     try:
@@ -99,6 +110,8 @@ def _serve(stdin) -> int:
               f"{req.get('muxhost', __version__)} here", file=sys.stderr)
         return 2
     argv, env = req.get("argv"), req.get("env") or {}
+    as_name = req.get("as")
+    _serving_as = as_name if isinstance(as_name, str) and NAME_RE.fullmatch(as_name) else None
     if (not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv)
             or not isinstance(env, dict)
             or not all(isinstance(k, str) and _ENV_NAME.fullmatch(k) and isinstance(v, str) for k, v in env.items())):

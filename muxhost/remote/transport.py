@@ -33,6 +33,7 @@ SERVER_ALIVE = 15
 OFFLINE_CACHE_SECONDS = 30.0
 _SUN_PATH = 103  # a unix socket path's room (104 on macOS with its NUL; 108 on Linux)
 INSTALL = f"python3 -m pip install --user muxhost=={__version__}"
+SSH_FAILED = 255  # ssh's exit status for its own errors (a muxhost exits 0–5)
 
 
 @dataclass
@@ -125,7 +126,7 @@ def failure(host, rc: int, err: str) -> str:
     if rc == 127 or "command not found" in text or ("no such file" in text and rc != 255):
         return (f"no muxhost there ({host.muxhost} not found): install it there ({INSTALL}), "
                 f"or give its path: muxhost hosts add {host.name} {host.ssh} --muxhost PATH")
-    if rc == 255:
+    if rc == SSH_FAILED:
         if "permission denied" in text or "too many authentication failures" in text:
             return f"authentication refused ({last})"
         if "host key verification failed" in text or "remote host identification has changed" in text:
@@ -142,7 +143,7 @@ def ask(host, argv: list[str], timeout: float) -> Answer:
     except MuxhostError as e:
         return Answer(False, reason=str(e).partition(": ")[2])
     try:
-        out, err = proc.communicate(protocol.request(argv), timeout=timeout)
+        out, err = proc.communicate(protocol.request(argv, as_name=host.name), timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
@@ -238,7 +239,7 @@ def forward(host, argv: list[str], timeout: float = 5.0) -> int:
     reader.start()
     try:
         try:
-            proc.stdin.write(protocol.request(argv))
+            proc.stdin.write(protocol.request(argv, as_name=host.name))
             proc.stdin.close()
         except BrokenPipeError:
             pass
@@ -263,9 +264,17 @@ def forward(host, argv: list[str], timeout: float = 5.0) -> int:
         rc = proc.wait()
         reader.join()
         err = b"".join(errs).decode("utf-8", "replace")
+        lines = err.splitlines()
+        if rc == SSH_FAILED and lines and not lines[-1].startswith("muxhost:"):
+            err = "".join(f"{ln}\n" for ln in lines[:-1])  # (ssh's own last word goes in the line below)
         if err:
             sys.stderr.write(err)
             sys.stderr.flush()
+        if rc == SSH_FAILED:  # (a muxhost never exits 255: ssh's session died under the verb)
+            why = lines[-1].strip() if lines and not lines[-1].startswith("muxhost:") else f"ssh exit {rc}"
+            print(f"muxhost: {host.name}: the connection was lost before the command ended ({why}); "
+                  f"what it did there so far stands (`muxhost ls --host {host.name}`)", file=sys.stderr)
+            return 1
         return rc
     except BaseException:
         if proc.poll() is None:

@@ -108,6 +108,9 @@ class AgentContract:
     agent: str = ""
     agent_cli: bool = True  # a real agent CLI runs (the marker `agents`); False for a stand-in program
     has_children: bool = False
+    #: the agent titles its conversations itself (opencode asks its model): the title `conversations`
+    #: lists need not hold the first prompt, only be one short line
+    titles_itself: bool = False
     ignore_paths: tuple[str, ...] = ()
     settle: float = 0.0
 
@@ -455,6 +458,28 @@ class AgentContract:
                              f"{w.neighbour['conversation_id']}: " + "; ".join(problems)
         row = self._row(mux, "neighbour", w.neighbour["id"], all_records=True)
         assert row["resumable"] is True, f"[neighbour] the neighbour is no longer resumable: {row}"
+
+    def test_conversations_lists_what_the_agent_wrote(self, mux: Mux) -> None:
+        w = self._world(mux, children=self.has_children)
+        rows = self._ok(mux, "conversations", "conversations", "--agent", self.agent, "--json")
+        by_id = {r["id"]: r for r in rows}
+        kids = self._ok(mux, "conversations", "show", w.main["id"], "--json").get("children") or []
+        for rec, text in ((w.main, w.texts[0]), (w.neighbour, w.neighbour_text)):
+            row = by_id.get(rec["conversation_id"])
+            assert row is not None, f"[conversations] {rec['conversation_id']} is not listed: {sorted(by_id)}"
+            assert os.path.realpath(row["cwd"]) == os.path.realpath(w.work), f"[conversations] cwd: {row}"
+            assert row["size"] > 0 and row["updated"] >= row["created"] - 60, f"[conversations] size, times: {row}"
+            title = row["title"]
+            assert "\n" not in title and 0 < len(title) <= 80, f"[conversations] not one short line: {title!r}"
+            assert self.titles_itself or text in title, f"[conversations] the title {title!r} lacks the prompt {text!r}"
+            assert (row["record"] or {}).get("id") == rec["id"], f"[conversations] record: {row['record']}"
+
+        def ids(row: dict) -> list[str]:
+            return [c["id"] for c in row["children"]] + [i for c in row["children"] for i in ids(c)]
+
+        listed = ids(by_id[w.main["conversation_id"]])
+        assert sorted(listed) == sorted(kids), f"[conversations] children listed {listed}, `show` says {kids}"
+        assert not set(kids) & set(by_id), f"[conversations] a child is a row of its own: {set(kids) & set(by_id)}"
 
     def test_purge_takes_the_child_conversations(self, mux: Mux) -> None:
         if not self.has_children:

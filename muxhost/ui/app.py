@@ -97,11 +97,12 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Label(self.title_text, id="title")
+            # (as Text, never markup: a plan's `[child conversation …]`, a refusal quoting an argv's `[/]`)
+            yield Label(Text(self.title_text), id="title")
             with VerticalScroll(id="plan"):
-                yield Static("\n".join(self.lines) or "(nothing)")
+                yield Static(Text("\n".join(self.lines) or "(nothing)"))
             if self.refused:
-                yield Label(f"refused now: {self.refused}", classes="refused")
+                yield Label(Text(f"refused now: {self.refused}"), classes="refused")
             yield Label("y: do it   n/Esc: cancel", classes="hint")
 
     def action_answer(self, yes: bool) -> None:
@@ -119,7 +120,7 @@ class LineScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Label(self.title_text, id="title")
+            yield Label(Text(self.title_text), id="title")
             yield Input(placeholder="Enter sends it, Esc cancels", id="line")
 
     @on(Input.Submitted)
@@ -142,11 +143,12 @@ class LaunchScreen(ModalScreen[dict | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             yield Label("launch an agent", id="title")
+            # (above the inputs: below them it is cut off in 80×23, a tmux window with its status line)
+            yield Label("Enter launches, Tab moves, Esc cancels", classes="hint")
             yield Select([(a, a) for a in self.agents], value=self.agents[0], allow_blank=False, id="agent")
             yield Input(self.cwd, placeholder="folder", id="cwd")
             yield Input(placeholder="name (optional)", id="name")
             yield Input(placeholder="worktree: new branch name (optional)", id="worktree")
-            yield Label("Enter launches, Tab moves, Esc cancels", classes="hint")
 
     def on_mount(self) -> None:
         self.query_one("#cwd", Input).focus()
@@ -241,7 +243,7 @@ class Dashboard(App):
                 yield Static(id="preview-text")
         yield Input(placeholder="filter: name, agent, folder, branch, state — Enter keeps it, Esc clears", id="filter")
         yield Static("starting…", id="status")
-        yield Footer()
+        yield Footer(compact=True)  # (every key fits 80 columns: `? help` and `q quit` were cut off)
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
@@ -349,7 +351,8 @@ class Dashboard(App):
                 for key, new, old in zip(keys, cells, self._drawn):
                     for column, a, b in zip(self.columns, new, old):
                         if a != b:
-                            table.update_cell(key, column, Text(a[0], style=a[1]))
+                            # (the column widens when a cell grows: `idle 9s` -> `asleep 12s` is not cut)
+                            table.update_cell(key, column, Text(a[0], style=a[1]), update_width=True)
         else:
             keep = self.selected
             table.clear()
@@ -372,7 +375,10 @@ class Dashboard(App):
         top.append(counts(self.rows), style="bold")
         if self.filter_text:
             top.append(f"   filter: {self.filter_text} ({len(self.shown)} of {len(self.rows)})", style="yellow")
-        right = f"{self.where}  {time.strftime('%H:%M', time.localtime(self.looked_at))}" if self.looked_at else self.where
+        at = time.strftime('%H:%M', time.localtime(self.looked_at)) if self.looked_at else ""
+        # (the server's name gives way to the time of the last look when the counts need the room)
+        room = self.size.width - 3 - len(top.plain)
+        right = next((r for r in (f"{self.where}  {at}".strip(), at) if len(r) <= room), "")
         pad = max(1, self.size.width - 2 - len(top.plain) - len(right))
         top.append(" " * pad + right, style="dim")
         if top.plain != self._top:  # (a repaint only when it reads otherwise)

@@ -169,6 +169,9 @@ def rm_plan(host, rid: str) -> list[str]:
         return [f"forget record {ref} on host {name} (and its worktree there, as `muxhost rm {rid}` does)"]
     rec = record(host, rid)
     lines = [f"forget record {rec.id} ({rec.name}, {rec.state})"]
+    there = host.removal.agent_there(rec)
+    if there:
+        lines.append(f"refused now: {there} (s stops it)")
     wt = rec.worktree
     if wt:
         from muxhost import worktrees

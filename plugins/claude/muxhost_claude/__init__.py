@@ -362,6 +362,17 @@ class ClaudeAgent(Agent):
             _ELSEWHERE.add(key)  # (a transcript does not go while claude runs: not globbed every pass)
         return None
 
+    def conversations(self, ctx: AgentContext) -> list:
+        """Every ``projects/<folder>/<id>.jsonl`` (of every project): cwd, creation time and the first
+        prompt (or a ``summary``) from its first lines; size: the transcript and its folder
+        (sub-agents, tool results), which are no conversations of their own."""
+        projects = ClaudePaths(ctx).projects
+        found = []
+        for folder in _listdir(projects):
+            if folder.is_dir() and not folder.is_symlink():
+                found += kit.conversations.folder(folder, _describe_transcript)
+        return found
+
     def exists(self, ctx: AgentContext, conversation_id: str) -> bool:
         paths = ClaudePaths(ctx)
         if ctx.cwd:
@@ -503,6 +514,24 @@ def _without_conversation_options(args: list[str]) -> list[str]:
         out.append(a)
         i += 1
     return out
+
+
+def _describe_transcript(path: Path, entries: list[dict]) -> dict:
+    """cwd, created, title of a transcript from its first entries; its folder counts in its size."""
+    from datetime import datetime
+
+    cwd = next((e["cwd"] for e in entries if isinstance(e.get("cwd"), str)), None)
+    stamp = next((e["timestamp"] for e in entries if isinstance(e.get("timestamp"), str)), None)
+    try:
+        created = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else None
+    except ValueError:
+        created = None
+    prompts = [kit.conversations.title((e.get("message") or {}).get("content")) for e in entries
+               if e.get("type") == "user" and not e.get("isMeta") and isinstance(e.get("message"), dict)]
+    summary = next((e["summary"] for e in entries if e.get("type") == "summary" and isinstance(e.get("summary"), str)), "")
+    first = next((t for t in prompts if t and not t.startswith("<")), "")
+    return {"cwd": cwd, "created": created, "title": first or kit.conversations.title(summary),
+            "also": [path.with_suffix("")]}
 
 
 def _transcript_cwd(path: Path) -> str | None:

@@ -407,6 +407,35 @@ class CodexAgent(Agent):
         return any(self._open(last_turn(path), ctx) for (kid,) in kids
                    if isinstance(kid, str) and (path := rollout_of(ctx, home, kid)))
 
+    def conversations(self, ctx: AgentContext) -> list:
+        """Every rollout (live and archived): cwd, creation time, parent and first prompt from its
+        first lines (``session_meta``, the first ``user_message``); the ``threads`` row's first user
+        message or title when there is one; children from the parents the rollouts name."""
+        home = codex_home(ctx)
+        parents: dict[str, str | None] = {}
+
+        def describe(path: Path, entries: list[dict]) -> dict:
+            meta = next((e["payload"] for e in entries[:1] if e.get("type") == "session_meta"
+                         and isinstance(e.get("payload"), dict)), {})
+            if m := _ROLLOUT_RE.fullmatch(path.name):
+                parents[m.group(1)] = _parent(meta)
+            said = next((e["payload"].get("message") for e in entries if e.get("type") == "event_msg"
+                         and isinstance(e.get("payload"), dict) and e["payload"].get("type") == "user_message"), "")
+            ms = parse_ts_ms(meta.get("timestamp"))
+            return {"cwd": meta.get("cwd") if isinstance(meta.get("cwd"), str) else None,
+                    "created": ms / 1000 if ms else None, "title": kit.conversations.title(said)}
+
+        found = [c for d in ROLLOUT_DIRS for c in kit.conversations.rollouts(home / d, _UUID, describe,
+                                                                             limit=1 << 18)]
+        rows = {r["id"]: r for r in _threads(ctx, home)}
+        for tid, row in rows.items():  # (a sub-agent's row names its parent too)
+            parents[tid] = parents.get(tid) or _parent(row)
+        for conv in found:
+            row = rows.get(conv.id) or {}
+            conv.title = conv.title or kit.conversations.title(row.get("first_user_message") or row.get("title"))
+            conv.children = sorted(k for k, p in parents.items() if p == conv.id)
+        return found
+
     # -- exists / children / in_use -------------------------------------------------------------
     def exists(self, ctx: AgentContext, conversation_id: str) -> bool:
         home = codex_home(ctx)

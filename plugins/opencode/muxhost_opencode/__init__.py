@@ -287,6 +287,12 @@ class OpenCodeAgent(Agent):
         kids.update(r[0] for r in self._query(ctx, "select id from session where parent_id = ?", (conversation_id,)))
         return sorted(k for k in kids if self.valid_id(k))
 
+    def conversations(self, ctx: AgentContext) -> list:
+        """The ``session`` table (read-only): directory, times, opencode's own title (the first
+        prompt while it has only its default one), children by ``parent_id``; size: the bytes of its
+        messages and parts in the database. A database that cannot be read raises (a warning)."""
+        return self._read(ctx, _sessions, [])
+
     def artifacts(self, ctx: AgentContext, conversation_id: str) -> list[artifacts.Artifact]:
         """Everywhere the session may have bytes (see the module's docstring); the host keeps what is there."""
         sid, data, db = conversation_id, self.data_dir(ctx), self.db_path(ctx)
@@ -469,6 +475,43 @@ def _run_ending_at(path: str, end: int) -> str | None:
         return None  # not a line end: the file was rewritten since, or it is not ours to read
     m = _RUN_RE.search(chunk[:-1].rsplit(b"\n", 1)[-1])
     return m.group(1).decode() if m else None
+
+
+_DEFAULT_TITLE = re.compile(r"(New|Child) session - \d{4}-")
+
+
+def _sessions(r: kit.sqlite.Reader) -> list:
+    """Every session of the database as a :class:`Conversation` (see ``conversations``)."""
+    from muxhost.api import Conversation
+
+    tables = r.columns()
+    if "session" not in tables:
+        return []
+    sizes: dict[str, int] = {}
+    for table in ("message", "part"):
+        if "session_id" in tables.get(table, ()) and "data" in tables[table]:
+            for sid, n in r.rows(f"select session_id, sum(length(data)) from {table} group by session_id"):
+                sizes[sid] = sizes.get(sid, 0) + int(n or 0)
+    rows = r.rows("select id, parent_id, directory, title, time_created, time_updated from session")
+    kids: dict[str, list[str]] = {}
+    for row in rows:
+        kids.setdefault(row["parent_id"], []).append(row["id"])
+    out = []
+    for row in rows:
+        title = row["title"] if isinstance(row["title"], str) else ""
+        if not title or _DEFAULT_TITLE.match(title):
+            title = _first_prompt(r, row["id"]) or title
+        out.append(Conversation(id=row["id"], created=(row["time_created"] or 0) / 1000,
+                                updated=(row["time_updated"] or 0) / 1000, cwd=row["directory"] or "",
+                                title=kit.conversations.title(title), size=sizes.get(row["id"], 0),
+                                children=sorted(kids.get(row["id"], []))))
+    return out
+
+
+def _first_prompt(r: kit.sqlite.Reader, sid: str) -> str:
+    sql = ("select m.data, p.data from part p join message m on m.id = p.message_id where p.session_id = ?"
+           " order by p.time_created limit 20")
+    return next((t for m, p in r.rows(sql, (sid,)) if (t := _user_text(m, p))), "")
 
 
 def _user_text(message_data: str, part_data: str) -> str | None:

@@ -19,6 +19,7 @@ READY = "ctrl+p commands"
 class TestOpenCodeContract(AgentContract):
     agent = "opencode"
     has_children = True
+    titles_itself = True  # opencode asks its model for a title (the fake server says "Fake title")
     settle = 1.0  # opencode titles a session and flushes its log a moment after a turn
 
     @pytest.fixture(autouse=True)
