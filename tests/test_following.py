@@ -21,12 +21,14 @@ from muxhost.testing import load_module, wait_for
 
 
 def _program(lines: list[dict | str], then: str = "exit", delay: float = 0.0) -> list[str]:
-    """A session's stand-in: the protocol's header, ``lines`` (after ``delay`` seconds), then exit 0
-    (``then="wait"``: it waits for its stdin to close, as a served watch does)."""
+    """A session's stand-in: the protocol's header, ``lines`` (after ``delay`` seconds), then the
+    connection lost (ssh's exit 255 and its line; ``then="wait"``: it waits for its stdin to close,
+    as a served watch does)."""
     text = [protocol.header(), *(ln if isinstance(ln, str) else json.dumps(ln) for ln in lines)]
     code = (f"import sys, time\nprint({text[0]!r}, flush=True)\ntime.sleep({delay})\n"
             f"for line in {text[1:]!r}:\n    print(line, flush=True)\n"
-            + ("sys.stdin.read()\n" if then == "wait" else ""))
+            + ("sys.stdin.read()\n" if then == "wait" else
+               "sys.stderr.write('Connection to box closed by remote host.\\n'); sys.exit(255)\n"))
     return [sys.executable, "-c", code]
 
 
@@ -73,7 +75,7 @@ def test_lines_are_kept_offline_on_eof_then_followed_again_and_close_ends_the_ch
     try:
         wait_for(lambda: any(s.get("online") is False for s in seen), timeout=10, what="the host offline")
         offline = next(s for s in seen if s.get("online") is False)
-        assert offline["host"] == "box" and "exit 0" in offline["reason"]
+        assert offline == {**offline, "host": "box", "reason": "unreachable (Connection to box closed by remote host.)"}
         assert [(s["record"], s["new"], s["host"]) for s in seen if "record" in s][:2] == \
             [("r1", "idle", "box"), ("r2", "working", "box")]
         assert next(s for s in seen if "record" in s)["later_field"] == {"x": 1}, "an unknown field rides along"
@@ -105,6 +107,35 @@ def test_a_host_that_fails_is_retried_with_a_growing_backoff(sessions):
     assert len(offline) == 1, "said once, not at every try"
     assert offline[0]["reason"].startswith("unreachable") and "Connection refused" in offline[0]["reason"]
     assert f.snapshot()[0].online is False and time.monotonic() - t < 5
+
+
+def test_a_remote_watch_that_ends_by_itself_or_is_refused_is_followed_by_ls(sessions, monkeypatch):
+    """Its server ended there (the watch exits 0), or a watch runs there already (exit 4): the host
+    stays online, followed by `ls --json`, whose activities become change lines."""
+    sessions["scripts"] = [_program([_change("r1", None, "idle")], then="wait")]
+    sessions["scripts"][0][-1] = sessions["scripts"][0][-1].replace("sys.stdin.read()", "sys.exit(0)")
+    listed = [{"id": "r9", "name": "nine", "agent": "demo", "state": "running", "activity": "waiting",
+               "activity_since": 100.0, "pane": "%9", "unknown": 1},
+              {"id": "r8", "name": "eight", "agent": "demo", "state": "stopped", "activity": None}]
+    asked = []
+
+    def ask(host, argv, timeout):
+        asked.append(argv)
+        return transport.Answer(True, rc=0, doc=listed)
+
+    monkeypatch.setattr(transport, "ask", ask)
+    seen: list[dict] = []
+    f = following.Follower(_table(), seen.append, backoff=(0.05, 0.4), poll=0.1).start()
+    try:
+        wait_for(lambda: f.tally()[0] == {"waiting": 1}, timeout=10, what="the ls poll's record")
+        state = f.snapshot()[0]
+        assert state.online is True and state.mode == "ls" and list(state.records) == ["r9"]
+        assert asked[0] == ["ls", "--json"] and not any(s.get("online") is False for s in seen)
+        assert [(s["record"], s["old"], s["new"]) for s in seen if "record" in s] == \
+            [("r1", None, "idle"), ("r9", None, "waiting"), ("r1", "idle", None)], \
+            "ls goes on from what the watch said (r1 is not listed: gone); a poll that changed nothing tells nothing"
+    finally:
+        f.close()
 
 
 notify_tests = load_module(Path(__file__).with_name("test_notify.py"))

@@ -9,7 +9,8 @@ leaves nothing there.
 
 A remote server already watched refuses a second watch (its lock, exit 4): the host is then
 followed by polling ``ls --json`` (which reads what that watch publishes) every
-:data:`POLL` seconds; a remote with no pane server yet is polled the same way. On EOF or an error
+:data:`POLL` seconds; a remote with no pane server (yet, or any more: its watch ended) is polled the
+same way. On EOF or an error
 the host is marked offline with the reason and tried again after a backoff, 1 s doubling to 60 s.
 """
 
@@ -120,7 +121,8 @@ class Follower:
 
     def _watch(self, host) -> bool | str:
         """One session of ``watch --json`` there, read to its end: True when it was reached,
-        ``"refused"`` when it refused (a watch runs there already, or no pane server runs)."""
+        ``"refused"`` when it refused (a watch runs there already, or no pane server runs) or ended
+        by itself (its server ended)."""
         from muxhost.remote import protocol, transport
 
         proc = transport.session(host, ["watch", "--json"], self.table.timeout)
@@ -150,8 +152,8 @@ class Follower:
             with self.lock:
                 self.procs.pop(host.name, None)
         err = b"".join(errs).decode("utf-8", "replace")
-        if rc != 0 and not self.ended.is_set() and (REFUSED in err or NO_SERVER.search(err)):
-            return "refused"
+        if not self.ended.is_set() and (rc == 0 or REFUSED in err or NO_SERVER.search(err)):
+            return "refused"  # (exit 0: its server ended there; `ls` follows what is left)
         if not self.ended.is_set():
             why = (err.strip().splitlines() or [f"its watch ended (exit {rc})"])[-1].removeprefix("muxhost: ")
             self._offline(host.name, why if rc != 255 else transport.failure(host, rc, err))
@@ -215,8 +217,8 @@ class Follower:
         with self.lock:
             s = self.states[name]
             was, s.online, s.reason = s.online, True, None
-            if was is not True or s.mode != mode:
-                s.records.clear()  # (a new session tells every record again)
+            if was is not True:
+                s.records.clear()  # (a new connection tells every record again; a switch to ls diffs on)
                 self.version += 1
             s.mode = mode
         if was is not True:
