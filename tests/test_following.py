@@ -110,10 +110,13 @@ def test_a_host_that_fails_is_retried_with_a_growing_backoff(sessions):
 
 
 def test_a_remote_watch_that_ends_by_itself_or_is_refused_is_followed_by_ls(sessions, monkeypatch):
-    """Its server ended there (the watch exits 0), or a watch runs there already (exit 4): the host
-    stays online, followed by `ls --json`, whose activities become change lines."""
-    sessions["scripts"] = [_program([_change("r1", None, "idle")], then="wait")]
-    sessions["scripts"][0][-1] = sessions["scripts"][0][-1].replace("sys.stdin.read()", "sys.exit(0)")
+    """A remote muxhost too old to serve `watch`, its server ended there (the watch exits 0), or a
+    watch runs there already (exit 4: tests/test_remote.py): the host stays online, followed by
+    `ls --json`, whose activities become change lines."""
+    too_old = [sys.executable, "-c", f"import sys; print({protocol.header()!r}); sys.stderr.write("
+               "\"muxhost: remote-serve: 'watch' is not served (a request runs one of launch, ls)\\n\"); sys.exit(2)"]
+    ended = _program([_change("r1", None, "idle")], then="wait")
+    ended[-1] = ended[-1].replace("sys.stdin.read()", "sys.exit(0)")
     listed = [{"id": "r9", "name": "nine", "agent": "demo", "state": "running", "activity": "waiting",
                "activity_since": 100.0, "pane": "%9", "unknown": 1},
               {"id": "r8", "name": "eight", "agent": "demo", "state": "stopped", "activity": None}]
@@ -124,18 +127,21 @@ def test_a_remote_watch_that_ends_by_itself_or_is_refused_is_followed_by_ls(sess
         return transport.Answer(True, rc=0, doc=listed)
 
     monkeypatch.setattr(transport, "ask", ask)
-    seen: list[dict] = []
-    f = following.Follower(_table(), seen.append, backoff=(0.05, 0.4), poll=0.1).start()
-    try:
-        wait_for(lambda: f.tally()[0] == {"waiting": 1}, timeout=10, what="the ls poll's record")
-        state = f.snapshot()[0]
-        assert state.online is True and state.mode == "ls" and list(state.records) == ["r9"]
-        assert asked[0] == ["ls", "--json"] and not any(s.get("online") is False for s in seen)
-        assert [(s["record"], s["old"], s["new"]) for s in seen if "record" in s] == \
-            [("r1", None, "idle"), ("r9", None, "waiting"), ("r1", "idle", None)], \
-            "ls goes on from what the watch said (r1 is not listed: gone); a poll that changed nothing tells nothing"
-    finally:
-        f.close()
+    for script, told in ((too_old, [("r9", None, "waiting")]),
+                         (ended, [("r1", None, "idle"), ("r9", None, "waiting"), ("r1", "idle", None)])):
+        sessions["scripts"] = [script]
+        seen: list[dict] = []
+        f = following.Follower(_table(), seen.append, backoff=(0.05, 0.4), poll=0.1).start()
+        try:
+            wait_for(lambda: f.tally()[0] == {"waiting": 1}, timeout=10, what="the ls poll's record")
+            time.sleep(0.3)  # (more polls: they change nothing)
+            state = f.snapshot()[0]
+            assert state.online is True and state.mode == "ls" and list(state.records) == ["r9"]
+            assert asked[-1] == ["ls", "--json"] and not any(s.get("online") is False for s in seen)
+            # (ls goes on from what the watch said: r1 is not listed, gone; a poll that changed nothing tells nothing)
+            assert [(s["record"], s["old"], s["new"]) for s in seen if "record" in s] == told
+        finally:
+            f.close()
 
 
 notify_tests = load_module(Path(__file__).with_name("test_notify.py"))

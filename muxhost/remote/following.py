@@ -30,6 +30,8 @@ POLL = 2.0
 REFUSED = "a watch already runs"
 #: a REF the wait key may put in a shell line (a remote's record name, else its id)
 PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+#: what a muxhost of this schema but from before ``watch`` was served says (``ls`` still serves)
+NOT_SERVED = "'watch' is not served"
 #: what it says when no pane server runs there (yet): ``ls`` still lists its records
 NO_SERVER = re.compile(r"no \w+ server running on")
 
@@ -152,7 +154,7 @@ class Follower:
             with self.lock:
                 self.procs.pop(host.name, None)
         err = b"".join(errs).decode("utf-8", "replace")
-        if not self.ended.is_set() and (rc == 0 or REFUSED in err or NO_SERVER.search(err)):
+        if not self.ended.is_set() and (rc == 0 or REFUSED in err or NOT_SERVED in err or NO_SERVER.search(err)):
             return "refused"  # (exit 0: its server ended there; `ls` follows what is left)
         if not self.ended.is_set():
             why = (err.strip().splitlines() or [f"its watch ended (exit {rc})"])[-1].removeprefix("muxhost: ")
