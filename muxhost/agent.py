@@ -99,7 +99,9 @@ class AgentContext:
     ``config`` this agent's mapping from config.yaml, ``args`` the extra arguments given after
     ``--`` on ``muxhost launch``, ``conversation_id`` the id the record knows so far (or None), and
     ``notes``: a list a plugin may append human-readable remarks to (they appear in reports), and
-    ``processes``: the process table the host already read (see :meth:`process_table`).
+    ``processes``: the process table the host already read (see :meth:`process_table`), and
+    ``stall_after``: ``watch.stall_after``, the seconds a turn may go without a sign of life before
+    :meth:`Agent.activity` may answer ``stalled`` from its own evidence.
     """
 
     home: str
@@ -116,6 +118,7 @@ class AgentContext:
     #: the process table the host just read (a muxhost.procs.ProcessTable), or None: reuse it
     #: instead of scanning the process table again (``procs.ProcessTable.snapshot()``)
     processes: Any = field(default=None, repr=False, compare=False)
+    stall_after: float = 600.0
 
     def process_table(self):
         """The host's snapshot when there is one, else a fresh one."""
@@ -296,7 +299,8 @@ class Agent:
         best source the plugin has (its transcript or database, a marker on ``screen``, a status
         command of the agent itself): ``"working"``, ``"waiting"`` (it asks the user something: a
         permission, a question), ``"idle"`` (done, at its prompt), ``"stalled"`` (a turn is open and
-        its own evidence shows no progress), or None: no opinion. Return :class:`Activity` (``state``,
+        its own evidence shows no progress for ``ctx.stall_after``: :func:`muxhost.kit.net.stalled`),
+        or None: no opinion. Return :class:`Activity` (``state``,
         ``reason``) to say what it read; a bare string is the state with no reason.
 
         ``screen`` is the pane's visible screen (None when the host read none). The host calls this

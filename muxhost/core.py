@@ -124,7 +124,7 @@ class Core:
         return AgentContext(home=rec.home, env=dict(rec.env), cwd=rec.cwd, launched_at=rec.launched_at,
                             pids=list(pids), claimed=frozenset(claimed), config=cfg,
                             args=list(cfg.get("args") or []), conversation_id=rec.conversation_id,
-                            record_id=rec.id, processes=table)
+                            record_id=rec.id, processes=table, stall_after=float(self.config.watch("stall_after")))
 
     def warn(self, agent: str, hook: str, error: BaseException, rec: Record | None = None,
              live: "Live | None" = None) -> dict[str, str]:

@@ -159,6 +159,14 @@ class Demo:
         return answer
 
 
+HELP = ("/child [N] [TEXT]  start a child conversation N levels deep (holding TEXT)\n"
+        "/work N  work N seconds (a child process spins the CPU)\n"
+        "/ask  ask a y/n question and wait for the answer\n"
+        "/hang  say it is working, then print nothing and use no CPU (Ctrl-C ends it)\n"
+        "/helper spin N | /helper tool N  the resident helper spins, or runs a tool that does (--helper)\n"
+        "/new  a fresh conversation\n/exit  quit")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="muxhost-demo", description="The muxhost demo agent.")
     group = parser.add_mutually_exclusive_group()
@@ -197,83 +205,101 @@ def main(argv: list[str] | None = None) -> int:
             print()
             continue
         line = line.strip()
-        if not line:
-            continue
-        if line == "/exit":
+        if line and (line == "/exit" or command(demo, line, helper) == "exit"):
             break
-        words = line.split()
-        if words[0] == "/work":
-            seconds = float(words[1]) if len(words) > 1 and words[1].replace(".", "", 1).isdigit() else 5.0
-            demo.doing("working")
-            print(f"{WORKING} for {seconds:g} s (a child process does the work) ...", flush=True)
-            child = spin(seconds)
-            try:
-                child.wait()
-                print(f"demo: done after {seconds:g} s of work")
-            except KeyboardInterrupt:
-                child.kill()
-                child.wait()
-                print("\ndemo: interrupted")
-        elif line == "/ask":
-            answer = ""
-            demo.doing("waiting")
-            try:
-                while answer not in ("y", "n", "/exit"):
-                    answer = input(f"demo: go ahead? {ASK} ").strip().lower()
-            except (EOFError, KeyboardInterrupt):
-                answer = "/exit"
-            if answer == "/exit":
-                break
-            print(f"demo: you said {'yes' if answer == 'y' else 'no'}")
-        elif line == "/hang":
-            demo.doing("working")
-            print(f"{WORKING} on it ...", flush=True)
-            try:
-                while True:
-                    time.sleep(3600)
-            except KeyboardInterrupt:
-                print("\ndemo: interrupted")
-        elif words[0] == "/helper":
-            what = words[1] if len(words) > 1 else ""
-            seconds = words[2] if len(words) > 2 and words[2].replace(".", "", 1).isdigit() else "5"
-            if helper is None:
-                print("demo: no helper (start with --helper)")
-            elif what not in ("spin", "tool"):
-                print("demo: /helper spin N | /helper tool N")
-            else:
-                helper.stdin.write(f"{what} {seconds}\n")
-                helper.stdin.flush()
-                print(f"demo: the helper {'spins' if what == 'spin' else 'runs a tool'} for {seconds} s")
-        elif line == "/id":
-            print(demo.conversation)
-        elif line == "/new":
-            demo.enter(demo.create())
-            print(f"new conversation {demo.conversation}")
-        elif words[0] == "/child":
-            words = line.split(maxsplit=2)  # /child [N] [TEXT]
-            numbered = len(words) > 1 and words[1].isdigit()
-            depth = int(words[1]) if numbered else 1
-            task = " ".join(words[2:] if numbered else words[1:])
-            parent = demo.conversation
-            for _ in range(max(1, depth)):
-                child = demo.create(parent=parent)
-                if task:  # the child's task, as a sub-agent's conversation holds its prompt
-                    demo.say(child, "user", task)
-                demo.say(child, "agent", f"child of {parent} at work")
-                print(f"child conversation {child} (parent {parent})")
-                parent = child
-        elif line == "/help":
-            print("/child [N] [TEXT]  start a child conversation N levels deep (holding TEXT)\n"
-                  "/work N  work N seconds (a child process spins the CPU)\n"
-                  "/ask  ask a y/n question and wait for the answer\n"
-                  "/hang  say it is working, then print nothing and use no CPU (Ctrl-C ends it)\n"
-                  "/helper spin N | /helper tool N  the resident helper spins, or runs a tool that does (--helper)\n"
-                  "/new  a fresh conversation\n/exit  quit")
-        else:
-            print(demo.prompt(line))
     print(f"resume with: muxhost-demo --resume {demo.conversation}")
     demo.leave()
     return 0
+
+
+def command(demo: Demo, line: str, helper) -> str | None:
+    """One line typed at the prompt: a /command, or a turn. ``"exit"`` when the agent is to quit."""
+    words = line.split()
+    if words[0] == "/work":
+        work(demo, float(words[1]) if len(words) > 1 and words[1].replace(".", "", 1).isdigit() else 5.0)
+    elif line == "/ask":
+        return ask(demo)
+    elif line == "/hang":
+        demo.doing("working")
+        print(f"{WORKING} on it ...", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            print("\ndemo: interrupted")
+    elif words[0] == "/helper":
+        to_helper(helper, words)
+    elif line == "/id":
+        print(demo.conversation)
+    elif line == "/new":
+        demo.enter(demo.create())
+        print(f"new conversation {demo.conversation}")
+    elif words[0] == "/child":
+        children(demo, line)
+    elif line == "/help":
+        print(HELP)
+    else:
+        print(demo.prompt(line))
+    return None
+
+
+def work(demo: Demo, seconds: float) -> None:
+    """``/work N``: a child process spins the CPU for N seconds (Ctrl-C ends it)."""
+    demo.doing("working")
+    print(f"{WORKING} for {seconds:g} s (a child process does the work) ...", flush=True)
+    child = spin(seconds)
+    try:
+        child.wait()
+        print(f"demo: done after {seconds:g} s of work")
+    except KeyboardInterrupt:
+        child.kill()
+        child.wait()
+        print("\ndemo: interrupted")
+
+
+def ask(demo: Demo) -> str | None:
+    """``/ask``: a y/n question, waiting for the answer (``"exit"`` on /exit, EOF or Ctrl-C)."""
+    answer = ""
+    demo.doing("waiting")
+    try:
+        while answer not in ("y", "n", "/exit"):
+            answer = input(f"demo: go ahead? {ASK} ").strip().lower()
+    except (EOFError, KeyboardInterrupt):
+        answer = "/exit"
+    if answer == "/exit":
+        return "exit"
+    print(f"demo: you said {'yes' if answer == 'y' else 'no'}")
+    return None
+
+
+def to_helper(helper, words: list[str]) -> None:
+    """``/helper spin N`` | ``/helper tool N``: the resident helper spins, or runs a tool that does."""
+    what = words[1] if len(words) > 1 else ""
+    seconds = words[2] if len(words) > 2 and words[2].replace(".", "", 1).isdigit() else "5"
+    if helper is None:
+        print("demo: no helper (start with --helper)")
+    elif what not in ("spin", "tool"):
+        print("demo: /helper spin N | /helper tool N")
+    else:
+        helper.stdin.write(f"{what} {seconds}\n")
+        helper.stdin.flush()
+        print(f"demo: the helper {'spins' if what == 'spin' else 'runs a tool'} for {seconds} s")
+
+
+def children(demo: Demo, line: str) -> None:
+    """``/child [N] [TEXT]``: a child conversation N levels deep, each holding TEXT (its task)."""
+    words = line.split(maxsplit=2)
+    numbered = len(words) > 1 and words[1].isdigit()
+    depth = int(words[1]) if numbered else 1
+    task = " ".join(words[2:] if numbered else words[1:])
+    parent = demo.conversation
+    for _ in range(max(1, depth)):
+        child = demo.create(parent=parent)
+        if task:  # the child's task, as a sub-agent's conversation holds its prompt
+            demo.say(child, "user", task)
+        demo.say(child, "agent", f"child of {parent} at work")
+        print(f"child conversation {child} (parent {parent})")
+        parent = child
 
 
 if __name__ == "__main__":

@@ -149,6 +149,39 @@ def _recover(fd: int, dfd: int, name: str, folder: str) -> None:
         os.fsync(dfd)
 
 
+def _backup(dfd: int, name: str, before: bytes, after: bytes) -> str:
+    """The crash-safe copy of a file about to be rewritten, beside it in folder ``dfd``: a header with
+    both contents' lengths and hashes, the old bytes, then the new ones; fsynced, the folder too.
+    Returns its name."""
+    backup = f".{name}.{secrets.token_hex(4)}{BACKUP_SUFFIX}"
+    bfd = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                  | getattr(os, "O_CLOEXEC", 0), 0o600, dir_fd=dfd)
+    _step("backup-created")
+    with os.fdopen(bfd, "wb") as b:
+        b.write(b"%s%d %s %d %s\n" % (_HEAD, len(before), _sha(before), len(after), _sha(after)))
+        b.write(before)
+        b.write(after)  # (the purged content: it says exactly what a torn write looks like)
+        b.flush()
+        os.fsync(b.fileno())
+    os.fsync(dfd)
+    _step("backup-written")
+    return backup
+
+
+def _swap(fd: int, dfd: int, backup: str, before: bytes, after: bytes) -> None:
+    """``after`` into the file ``fd`` in one write, then its backup removed; on a failure the
+    original goes back (else the backup is the way back)."""
+    try:
+        _put(fd, after, len(before))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            _put(fd, before, len(after))  # the original back; else the backup is the way back
+            os.unlink(backup, dir_fd=dfd)
+        raise
+    _step("truncated")
+    os.unlink(backup, dir_fd=dfd)
+
+
 def rewrite(path: str | os.PathLike, transform: Callable[[bytes], bytes], attempts: int = 5,
             lock_timeout: float = 10.0, *, checked: tuple | None = None) -> bool:
     """Rewrite a file shared with running agents through ``transform``, keeping every write of theirs.
@@ -195,30 +228,11 @@ def rewrite(path: str | os.PathLike, transform: Callable[[bytes], bytes], attemp
                     return False
                 if os.fstat(fd).st_size != len(before):
                     continue  # someone appended meanwhile: redo from the new content
-                backup = f".{name}.{secrets.token_hex(4)}{BACKUP_SUFFIX}"
-                bfd = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                              | getattr(os, "O_CLOEXEC", 0), 0o600, dir_fd=dfd)
-                _step("backup-created")
-                with os.fdopen(bfd, "wb") as b:
-                    b.write(b"%s%d %s %d %s\n" % (_HEAD, len(before), _sha(before), len(after), _sha(after)))
-                    b.write(before)
-                    b.write(after)  # (the purged content: it says exactly what a torn write looks like)
-                    b.flush()
-                    os.fsync(b.fileno())
-                os.fsync(dfd)
-                _step("backup-written")
+                backup = _backup(dfd, name, before, after)
                 if os.fstat(fd).st_size != len(before):  # someone appended while the backup was written
                     os.unlink(backup, dir_fd=dfd)
                     continue
-                try:
-                    _put(fd, after, len(before))
-                except BaseException:
-                    with contextlib.suppress(OSError):
-                        _put(fd, before, len(after))  # the original back; else the backup is the way back
-                        os.unlink(backup, dir_fd=dfd)
-                    raise
-                _step("truncated")
-                os.unlink(backup, dir_fd=dfd)
+                _swap(fd, dfd, backup, before, after)
                 return True
     finally:
         os.close(dfd)

@@ -376,13 +376,31 @@ def _keypath(keys: tuple[str, ...]) -> str:
     return "".join(f".{k}" if IDENT.fullmatch(k) else f"[{json.dumps(k)}]" for k in keys).lstrip(".")
 
 
+def _unreadable(path: str, why: str, conv: str, ctx) -> list[Item]:
+    """What cannot be read, as a Leftover item (the plan shows it; the purge cannot finish)."""
+    return [Item(Leftover(path, why, conv), conv, f"{_where(path, ctx)} (could not be read: {why})",
+                 ("leftover", os.path.abspath(path), why, conv))]
+
+
+def _present_rows(art: Rows, conv: str, ctx, real: str, shown: str) -> list[Item]:
+    """:func:`_present` for rows: the item with its row count when there are rows ([] when none)."""
+    from muxhost.kit.sqlite import DatabaseError
+
+    try:
+        n = _count_rows(art, real)
+    except (sqlite3.Error, DatabaseError) as e:
+        return _unreadable(real, str(e), conv, ctx)
+    if not n:
+        return []
+    vals = art.all_values()
+    what = f"{art.table}:{vals[0]}" if len(vals) == 1 else f"{art.table}:{art.column} in {len(vals)} ids"
+    label = f"{what} ({n} row{'s' if n != 1 else ''} in {shown})"
+    return [Item(art, conv, label, ("rows", real, art.table, art.column, vals, conv), n)]
+
+
 def _present(art: Artifact, conv: str, ctx, places: dict | None = None) -> list[Item]:
     """The item when it is there now ([] when not); what cannot be read becomes a Leftover item.
     ``places``: what :func:`check` resolved (labels show where the kernel goes)."""
-    def unreadable(path, why) -> list[Item]:
-        return [Item(Leftover(path, why, conv), conv, f"{_where(path, ctx)} (could not be read: {why})",
-                     ("leftover", os.path.abspath(path), why, conv))]
-
     places = places or {}
     target = isinstance(art, (Rows, Lines, JsonMember))
     given = getattr(art, "db" if isinstance(art, Rows) else "path", None)
@@ -397,25 +415,14 @@ def _present(art: Artifact, conv: str, ctx, places: dict | None = None) -> list[
             return []
         return [Item(art, conv, shown + "/", ("dir", real, conv))]
     if isinstance(art, Rows):
-        from muxhost.kit.sqlite import DatabaseError
-
-        try:
-            n = _count_rows(art, real)
-        except (sqlite3.Error, DatabaseError) as e:
-            return unreadable(real, str(e))
-        if not n:
-            return []
-        vals = art.all_values()
-        what = f"{art.table}:{vals[0]}" if len(vals) == 1 else f"{art.table}:{art.column} in {len(vals)} ids"
-        label = f"{what} ({n} row{'s' if n != 1 else ''} in {shown})"
-        return [Item(art, conv, label, ("rows", real, art.table, art.column, vals, conv), n)]
+        return _present_rows(art, conv, ctx, real, shown)
     if isinstance(art, Lines):
         if not os.path.exists(real):
             return []
         try:
             n = _count_lines(art, real)
         except OSError as e:
-            return unreadable(real, e.strerror or str(e))
+            return _unreadable(real, e.strerror or str(e), conv, ctx)
         if not n:
             return []
         key = ("lines", real, art.key, art.value, tuple(sorted(map(str, art.values))),
@@ -427,7 +434,7 @@ def _present(art: Artifact, conv: str, ctx, places: dict | None = None) -> list[
         try:
             obj = json.loads(Path(real).read_bytes())
         except (OSError, ValueError) as e:
-            return unreadable(real, getattr(e, "strerror", None) or str(e))
+            return _unreadable(real, getattr(e, "strerror", None) or str(e), conv, ctx)
         value = _member(obj, tuple(art.keys))
         if value is _MISSING or (art.equals is not None and value != art.equals):
             return []

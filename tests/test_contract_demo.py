@@ -1,4 +1,6 @@
 """The built-in demo agent keeps the contract every agent plugin keeps (muxhost.testing.AgentContract)."""
+from pathlib import Path
+
 from muxhost.testing import AgentContract, wait_for
 
 
@@ -6,6 +8,7 @@ class TestDemoContract(AgentContract):
     agent = "demo"
     agent_cli = False  # the built-in stand-in: no real agent CLI
     has_children = True
+    activity_fixtures = Path(__file__).parent / "fixtures" / "activity" / "demo"  # made by record_demo_activity.py
 
     def converse(self, mux, pane, text):
         mux.wait_screen(pane, "demo>")
@@ -44,7 +47,7 @@ def test_plan_names_a_file_by_its_path_its_folder_or_its_database(tmp_path):
 def test_files_holding_reads_raw_bytes_and_sqlite_rows_are_read_from_a_copy(tmp_path):
     import sqlite3
 
-    from muxhost.testing import _sqlite_text, files_holding, unique_text
+    from muxhost.testing import files_holding, sqlite_text, unique_text
 
     text, other = unique_text("unit"), unique_text("other")
     (tmp_path / "a.jsonl").write_text(f'{{"text": "{text}"}}\n')
@@ -59,8 +62,8 @@ def test_files_holding_reads_raw_bytes_and_sqlite_rows_are_read_from_a_copy(tmp_
         assert str(tmp_path / "a.jsonl") in held and str(db) + "-wal" in held
         assert all(hits == [text] for hits in held.values())
         before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-        assert _sqlite_text(str(db), text) == (True, "")
-        assert _sqlite_text(str(db), other) == (False, "no row holds its text")
+        assert sqlite_text(str(db), text) == (True, "")
+        assert sqlite_text(str(db), other) == (False, "no row holds its text")
         assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # the original was not opened
     finally:
         con.close()

@@ -4,6 +4,7 @@ Every process a test starts is a child of this test, ended by pid (its create ti
 teardown; nothing else is ever signalled.
 """
 import hashlib
+import math
 import os
 import select
 import socket
@@ -22,7 +23,7 @@ import pytest
 from muxhost import fsutil, locks, procs
 from muxhost.agent import AgentContext
 from muxhost.errors import MuxhostError, Refused
-from muxhost.kit import command, family, flock, holders, jsonl, sqlite
+from muxhost.kit import command, family, flock, holders, jsonl, net, sqlite
 
 CHILD = r'''
 import fcntl, os, socket, sqlite3, sys, threading
@@ -685,3 +686,41 @@ def test_since_reads_a_file_that_shrank_or_was_replaced_from_its_end_again(tmp_p
     log.unlink()
     with pytest.raises(OSError):
         jsonl.since(log, mark, 1 << 16)
+
+
+# --------------------------------------------------------------------------------------------------
+# kit.net: when an agent last heard from the network, and the stall it shows
+
+def test_quiet_for_is_the_time_since_a_byte_last_came_in_answer():
+    """``kit.net.quiet_for``: nothing back since the connection was made (a request that got not
+    one byte): no progress at all (inf); a byte in: the seconds since; a byte sent after it (a
+    ping answered, a new request): no progress again; a connection between two of the agent's own
+    sockets never counts. ``stalled`` says so once the source is still for ``stall_after`` too."""
+    from muxhost.testing import quiet_connection
+
+    with quiet_connection(1.2) as me:
+        assert net.quiet_for(me) == math.inf
+        ctx = AgentContext(home="/nonexistent", pids=me, stall_after=1.0)
+        stale = time.time() - 5
+        answer = net.stalled(ctx, stale, "rollout")
+        assert answer == "stalled", repr(answer)
+        assert answer.reason == "rollout: no change for 5 s while a reply is awaited; network: nothing came back since its last request"
+        assert net.stalled(ctx, time.time() - 0.5, "rollout") is None  # the file changed lately
+        assert net.stalled(ctx, None, "rollout") is None                # nothing to tell by
+        me.poke()  # a byte of a reply comes
+        assert net.quiet_for(me) < 0.5
+        assert net.stalled(ctx, stale, "rollout") is None  # a reply streams
+        srv = socket.create_server(("127.0.0.1", 0))  # a TUI talking to its own in-process server
+        a = socket.create_connection(srv.getsockname())
+        b, _ = srv.accept()
+        time.sleep(1.1)
+        a.sendall(b"chatter")
+        b.recv(7)
+        assert 1.0 <= net.quiet_for(me) < 2.0  # its chatter does not count: both ends are the agent's
+        assert "network: no byte came in for 1 s" in net.stalled(ctx, stale, "rollout").reason
+        for x in (a, b, srv):
+            x.close()
+        me.answer()  # this end sends after the last byte came: a request (or a ping's answer)
+        assert net.quiet_for(me) == math.inf
+    assert net.quiet_for([2 ** 22 + 7]) is None  # no such process: no evidence
+    assert net.stalled(AgentContext(home="/nonexistent", pids=[], stall_after=1.0), stale, "x") is None

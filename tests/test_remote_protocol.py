@@ -210,7 +210,7 @@ def test_dispatch_of_a_local_command_line_reads_no_config(argv, tmp_path, monkey
     broken.write_text("hosts: [unclosed\n")
     monkeypatch.setenv("MUXHOST_CONFIG", str(broken))
     monkeypatch.setenv("MUXHOST_STATE_DIR", str(tmp_path / "state"))
-    assert dispatch([a.format(cfg=broken) for a in argv]) is None
+    assert dispatch([a.format(cfg=broken) for a in argv], lambda argv: 99) is None
     assert not (tmp_path / "state").exists()
 
 
@@ -219,10 +219,9 @@ def test_serve_gives_a_requests_env_to_launch_as_its_env_arguments(monkeypatch, 
     import io
 
     ran = []
-    monkeypatch.setattr(protocol, "run_cli", lambda argv: ran.append(argv) or 0)
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(
         protocol.request(["launch", "demo", "--env", "A=1", "--", "x"], {"TOKEN": "s p=ace"}))))
-    assert protocol.serve() == 0
+    assert protocol.serve(lambda argv: ran.append(argv) or 0) == 0
     assert ran == [["launch", "--env=TOKEN=s p=ace", "demo", "--env", "A=1", "--", "x"]]
 
 

@@ -372,9 +372,11 @@ def test_a_record_that_vanished_meanwhile_is_a_message_not_a_crash(world):
     run(go())
 
 
-def test_a_refused_action_is_a_message(world):
+def test_a_refused_action_is_a_message(world, monkeypatch):
     lv = world.host.launch("demo", cwd=str(world.tmp), name="busy")
     from muxhost import locks
+
+    monkeypatch.setattr(locks, "RECORD_WAIT", 1.0)  # the stop's wait for the record lock we hold (60 s by default)
 
     async def go():
         app = dashboard(world)
@@ -382,7 +384,7 @@ def test_a_refused_action_is_a_message(world):
             await select(pilot, "busy")
             with locks.records(world.tmp / "state" / "locks", [lv.rec.id], "stop"):
                 await pilot.press("s")
-                await until(pilot, lambda: not app.pending and "busy" in status(app), timeout=60, what="the refusal")
+                await until(pilot, lambda: not app.pending and "busy" in status(app), timeout=30, what="the refusal")
             assert "muxhost:" in status(app) and world.fake.procs[lv.pane.pane_id].poll() is None
             await pilot.press("w")  # awake already: said so
             await until(pilot, lambda: "awake already" in status(app))

@@ -210,7 +210,7 @@ def _print_warnings(host) -> None:
 def _run(argv: list[str]) -> int:
     from muxhost.remote import dispatch
 
-    if (forwarded := dispatch(argv)) is not None:  # REF@HOST, launch --host, remote-serve
+    if (forwarded := dispatch(argv, main)) is not None:  # REF@HOST, launch --host, remote-serve
         return forwarded
     parser = build_parser(full=False)
     args = parser.parse_args(argv, argparse.Namespace(agent_args=[]))
@@ -256,6 +256,6 @@ cli = main  # the name earlier code and tests call
 
 
 def __getattr__(name: str) -> Any:  # the table helpers, where they were (muxhost.cli.short_id)
-    if name in ("short_id", "short_path", "_ago"):
-        return getattr(import_module("muxhost.cli.ls"), name)
+    if name in ("short_id", "short_path"):
+        return getattr(import_module("muxhost.cli.output"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

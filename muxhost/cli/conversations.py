@@ -7,8 +7,7 @@ import shutil
 import sys
 import time
 
-from muxhost.cli.ls import ago, short_id, short_path
-from muxhost.cli.output import json_flag, out_json, table
+from muxhost.cli.output import ago, json_flag, out_json, short_id, short_path, table
 
 
 def add_arguments(sp) -> None:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
-from muxhost.cli.output import json_flag, out_json, table
+from muxhost.cli.output import ago, json_flag, line_width, out_json, short_id, short_path, table
 
 
 def add_arguments(sp) -> None:
@@ -60,46 +59,6 @@ def run(host, args) -> int:
     return 0
 
 
-def line_width() -> int:
-    """The columns a table fits: the terminal's, else 100 (a pipe, a file)."""
-    import shutil
-
-    return shutil.get_terminal_size((100, 24)).columns if sys.stdout.isatty() else 100
-
-
-def short_id(cid: str, others=()) -> str:
-    """A conversation id as git shows a commit: its first 8 characters after a word prefix such as
-    ``ses_`` (longer where another id in ``others`` starts the same)."""
-    import re
-
-    head = re.match(r"[A-Za-z]+_", cid)
-    start = head.end() if head else 0
-    n = start + 8
-    while n < len(cid) and any(o != cid and o.startswith(cid[:n]) for o in others if o):
-        n += 1
-    return cid if n >= len(cid) else cid[:n]
-
-
-def short_path(path: str, width: int) -> str:
-    """``path`` with the home folder as ``~``, and cut from the left to ``width`` characters,
-    keeping whole trailing folders (``~/…/project``)."""
-    home = os.path.expanduser("~")
-    if home not in ("", "/") and (path == home or path.startswith(home.rstrip("/") + "/")):
-        path = "~" + path[len(home.rstrip("/")):]
-    if len(path) <= width:
-        return path
-    parts = path.split("/")
-    head = parts[0] + "/" if parts[0] in ("~", "") else ""
-    tail = parts[-1]
-    for i in range(len(parts) - 2, 0, -1):
-        longer = parts[i] + "/" + tail
-        if len(head) + 2 + len(longer) > width:
-            break
-        tail = longer
-    out = f"{head}…/{tail}"
-    return out if len(out) <= width else "…" + path[-(width - 1):]
-
-
 def _conversation(host, lv, wide: bool, others) -> str:
     """The CONVERSATION cell: its id (short unless ``wide``), and ``+N`` for its child
     conversations at every depth, as the plugin's ``children`` tells them — for the live records
@@ -127,22 +86,10 @@ def children_of(host, rec) -> list[str]:
         return []
 
 
-def ago(seconds: float) -> str:
-    """``45s``, ``12m``, ``3h``, ``2d``."""
-    s = max(0, int(seconds))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= size:
-            return f"{s // size}{unit}"
-    return f"{s}s"
-
-
-_ago = ago  # (the name the dashboard and the remote listing import)
-
-
 def activity(lv) -> str:
     """``idle 12m`` (the state and how long it has held), ``working`` when since is unknown, or -."""
     if not lv.activity:
         return "-"
     import time
 
-    return lv.activity if lv.activity_since is None else f"{lv.activity} {_ago(time.time() - lv.activity_since)}"
+    return lv.activity if lv.activity_since is None else f"{lv.activity} {ago(time.time() - lv.activity_since)}"

@@ -14,6 +14,9 @@ Nothing is loaded before it is used: ``kit.sqlite`` (after ``from muxhost.api im
 - :mod:`muxhost.kit.flock` ``flock`` with a deadline, and the ``mkdir`` lock of npm proper-lockfile;
 - :mod:`muxhost.kit.family` a conversation and its children at every depth (cycle-safe);
 - :mod:`muxhost.kit.command` run the agent's own delete command, with the agent's environment;
+- :mod:`muxhost.kit.net` when the agent last heard from the network (``quiet_for``: the kernel's
+  ``tcp_info`` of its TCP connections, Linux) and ``stalled``: the evidence of a turn that waits on
+  a model that sends nothing, for ``Agent.activity``;
 - :mod:`muxhost.kit.conversations` every conversation on disk (``Agent.conversations``), read-only and
   cheap: a folder of JSONL transcripts, rollout files, a sessions table; titles from the first lines;
 - on :class:`~muxhost.agent.AgentContext`: ``ctx.find_binary(name, install_hint)`` and
@@ -25,12 +28,13 @@ claude uses ``holders`` (argv, ``CLAUDE_CODE_SESSION_ID``) and ``jsonl``, with `
 (``connect_ro``, ``columns``, ``keys``), ``holders`` (files, locks, its ``serve`` excluded),
 ``jsonl`` and ``family``; codex uses ``sqlite``, ``holders`` (writer locks, open rollouts,
 ``CODEX_THREAD_ID``), ``jsonl`` and ``flock``. Their own delete commands are ``Command`` artifacts.
+All three use ``net`` for ``stalled``.
 
 All three: the before/after diff of ``purge`` (``removed`` = plan minus residual) and the child
 labels are the host's once ``artifacts`` returns typed artifacts.
 """
 
-MODULES = ("holders", "sqlite", "jsonl", "flock", "family", "command", "conversations")
+MODULES = ("holders", "sqlite", "jsonl", "flock", "family", "command", "net", "conversations")
 
 
 def __getattr__(name: str):

@@ -337,7 +337,6 @@ def delete_rows(path: str | os.PathLike, targets: Iterable[Target] | Callable[[R
     if not db.is_file():
         return {}
     uri = "file:" + urllib.parse.quote(str(db.absolute())) + "?mode=rw"
-    deleted: dict[str, int] = {}
     try:
         con = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
     except sqlite3.Error as e:
@@ -348,31 +347,7 @@ def delete_rows(path: str | os.PathLike, targets: Iterable[Target] | Callable[[R
         con.execute("pragma secure_delete = on")
         con.execute("begin immediate")
         try:
-            if callable(targets):
-                con.execute("pragma query_only = on")
-                try:
-                    todo = list(targets(Reader(con)))
-                finally:
-                    con.execute("pragma query_only = off")
-            else:
-                todo = list(targets)
-            schema = _columns(con)
-            plan = []
-            for table, column, value in todo:
-                ident(table), ident(column)
-                if column in schema.get(table, ()):
-                    plan.append((table, column, _values(value)))
-            for _ in range(max(1, passes)):
-                changed = 0
-                for table, column, values in plan:
-                    for chunk in _chunks(values):
-                        marks = ",".join("?" * len(chunk))
-                        n = con.execute(f"delete from {ident(table)} where {ident(column)} in ({marks})", chunk).rowcount
-                        if n > 0:
-                            deleted[table] = deleted.get(table, 0) + n
-                            changed += n
-                if not changed:
-                    break
+            deleted = _sweep(con, _deletions(con, targets), passes)
             con.execute("commit")
         except BaseException:
             if con.in_transaction:
@@ -382,6 +357,44 @@ def delete_rows(path: str | os.PathLike, targets: Iterable[Target] | Callable[[R
         raise DatabaseError(db, f"could not delete the rows from {db}: {e}; nothing was deleted") from e
     finally:
         con.close()
+    return deleted
+
+
+def _deletions(con: sqlite3.Connection, targets) -> list[tuple[str, str, list]]:
+    """:func:`delete_rows`'s targets as ``(table, column, values)``, those whose table and column
+    exist; a callable is called read-only on ``con`` (inside the transaction)."""
+    if callable(targets):
+        con.execute("pragma query_only = on")
+        try:
+            todo = list(targets(Reader(con)))
+        finally:
+            con.execute("pragma query_only = off")
+    else:
+        todo = list(targets)
+    schema = _columns(con)
+    plan = []
+    for table, column, value in todo:
+        ident(table), ident(column)
+        if column in schema.get(table, ()):
+            plan.append((table, column, _values(value)))
+    return plan
+
+
+def _sweep(con: sqlite3.Connection, plan: list[tuple[str, str, list]], passes: int) -> dict[str, int]:
+    """Delete the rows of ``plan`` in its order, again until a pass deletes nothing (at most
+    ``passes``: a trigger may write rows back). Returns ``{table: rows deleted}``."""
+    deleted: dict[str, int] = {}
+    for _ in range(max(1, passes)):
+        changed = 0
+        for table, column, values in plan:
+            for chunk in _chunks(values):
+                marks = ",".join("?" * len(chunk))
+                n = con.execute(f"delete from {ident(table)} where {ident(column)} in ({marks})", chunk).rowcount
+                if n > 0:
+                    deleted[table] = deleted.get(table, 0) + n
+                    changed += n
+        if not changed:
+            break
     return deleted
 
 

@@ -11,12 +11,11 @@ every host (:mod:`muxhost.remote.listing`). The pieces: :mod:`~muxhost.remote.ho
 from __future__ import annotations
 
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
 
 from muxhost.errors import UsageError
-
-#: verbs whose first positional argument is a REF (``stop``/``sleep``: every positional is one)
-REF_VERBS = ("show", "explain", "stop", "resume", "purge", "rm", "sleep", "wake", "send", "wait", "read", "attach")
+from muxhost.remote import protocol
+from muxhost.remote.protocol import REF_VERBS
 MANY_REFS = ("stop", "sleep")
 GLOBAL_WITH_VALUE = ("--config", "--socket", "--backend")
 
@@ -45,16 +44,17 @@ def _config_of(globals_: list[str]) -> str | None:
     return None
 
 
-def dispatch(argv: Sequence[str]) -> int | None:
+def dispatch(argv: Sequence[str], run_cli: Callable[[list[str]], int] | None = None) -> int | None:
     """Run ``argv`` on a remote host when it names one (the exit code), else None: run it here.
-    Cheap when nothing in ``argv`` could name a host: no config is read."""
-    from muxhost.remote import protocol
-
+    Cheap when nothing in ``argv`` could name a host: no config is read. ``run_cli`` (the CLI's
+    ``main``, which passes itself) runs a request from another muxhost (``remote-serve``)."""
     globals_, word, rest = split(argv)
     if protocol.serving():  # a request from another muxhost runs here, never hops on
         return None
     if word == protocol.SERVE_VERB:
-        return protocol.serve()
+        if run_cli is None:
+            raise UsageError(f"{protocol.SERVE_VERB}: only the muxhost command line serves a request")
+        return protocol.serve(run_cli)
     if word == "launch" and any(a == "--host" or a.startswith("--host=") for a in rest[:_cut(rest)]):
         return _forward_launch(_config_of(globals_), rest)
     if word in REF_VERBS:

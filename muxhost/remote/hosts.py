@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from muxhost.errors import MuxhostError, NotFound, UsageError
+from muxhost.remote.protocol import NAME_RE  # (a host's name)
 
 DEFAULT_TIMEOUT = 5.0
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 #: the HOST column's name for this machine (not a name a remote host may take)
 LOCAL = "local"
 HOST_KEYS = ("ssh", "muxhost")

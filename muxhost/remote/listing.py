@@ -73,7 +73,7 @@ class Fleet:
 
 
 def table(docs: list[dict], offline: list[tuple[str, str]], wide: bool = False) -> str:
-    from muxhost.cli.ls import line_width, short_id, short_path
+    from muxhost.cli.output import line_width, short_id, short_path
     from muxhost.cli.output import table as _table
 
     if not docs and not offline:
@@ -103,6 +103,6 @@ def _activity(d: dict) -> str:
         return "-"
     if not isinstance(since, (int, float)):
         return str(what)
-    from muxhost.cli.ls import _ago
+    from muxhost.cli.output import ago
 
-    return f"{what} {_ago(time.time() - since)}"
+    return f"{what} {ago(time.time() - since)}"

@@ -20,13 +20,15 @@ import json
 import os
 import re
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from muxhost import __version__
-from muxhost.remote import REF_VERBS
-from muxhost.remote.hosts import NAME_RE
 
+#: verbs whose first positional argument is a REF (``stop``/``sleep``: every positional is one)
+REF_VERBS = ("show", "explain", "stop", "resume", "purge", "rm", "sleep", "wake", "send", "wait", "read", "attach")
 SCHEMA = 1
+#: a remote host's name (``hosts add NAME``; what a request's caller knows this machine as)
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 SERVE_VERB = "remote-serve"
 PROTOCOL = "muxhost-remote"
 MAX_REQUEST = 1 << 20
@@ -77,15 +79,15 @@ def incompatible(doc: dict[str, Any]) -> str | None:
             f"speaks schema {SCHEMA}: install muxhost {__version__} there")
 
 
-def serve() -> int:
-    """``muxhost remote-serve``: read one request on stdin, run its verb here, as the caller's
-    ``cli`` would; print the header first. Called by ssh on the remote side. (Nothing outlives the
-    call: the CLI may run many times in one process.)"""
+def serve(run_cli: Callable[[list[str]], int]) -> int:
+    """``muxhost remote-serve``: read one request on stdin, run its verb here with ``run_cli`` (the
+    CLI's ``main``), as the caller's ``cli`` would; print the header first. Called by ssh on the
+    remote side. (Nothing outlives the call: the CLI may run many times in one process.)"""
     global _serving, _serving_as
     stdin = sys.stdin
     _serving = True
     try:
-        return _serve(stdin)
+        return _serve(stdin, run_cli)
     finally:
         _serving, _serving_as = False, None
         if sys.stdin is not stdin:
@@ -93,7 +95,7 @@ def serve() -> int:
             sys.stdin = stdin
 
 
-def _serve(stdin) -> int:
+def _serve(stdin, run_cli: Callable[[list[str]], int]) -> int:
     global _serving_as
     line = stdin.buffer.readline(MAX_REQUEST) if hasattr(stdin, "buffer") else stdin.readline(MAX_REQUEST).encode()
     print(header(), flush=True)
@@ -151,9 +153,3 @@ def _end_with_session(stdin) -> None:
 
     threading.Thread(target=wait, name="muxhost-serve-eof", daemon=True).start()
 
-
-def run_cli(argv: list[str]) -> int:
-    """The CLI's entry point with ``argv`` (its exit code)."""
-    from muxhost.cli import main
-
-    return main(argv)

@@ -314,7 +314,7 @@ def session(host, argv: list[str], timeout: float) -> subprocess.Popen:
     pipes for the caller to read. End it with ``kill()`` by its pid."""
     proc = _start(host, timeout)
     try:
-        proc.stdin.write(protocol.request(argv))
+        proc.stdin.write(protocol.request(argv, as_name=host.name))
         proc.stdin.flush()
     except OSError:
         pass  # (it ended at once: its stdout says why)

@@ -25,7 +25,8 @@ Modules: :mod:`~muxhost.testing.mux` (the Mux driver, :class:`Watching`),
 :mod:`~muxhost.testing.forensics` (:func:`tree_hash`, :func:`unique_text`, :func:`files_holding`,
 :func:`plan_names`), :mod:`~muxhost.testing.tmuxclient` (:class:`TmuxClient`, a real attached
 client in a pty), :mod:`~muxhost.testing.helpers` (:func:`wait_for`, :func:`alive`, :func:`load_module`,
-:func:`one_line_error`, :func:`agent_binary`, :func:`missing`, :func:`install_plugin`).
+:func:`one_line_error`, :func:`agent_binary`, :func:`missing`, :func:`install_plugin`,
+:func:`quiet_connection`).
 """
 
 from __future__ import annotations
@@ -34,18 +35,18 @@ import pytest
 
 from muxhost.testing.contract import AgentContract, ContractWorld
 from muxhost.testing.fake import FakeBackend, fake_host
-from muxhost.testing.forensics import (_DB_SIDECARS, _SQLITE_MAGIC, _files, _head, _sqlite_text, appended_only,
-                                       files_holding, plan_names, tree_hash, unique_text)
+from muxhost.testing.forensics import (DB_SIDECARS, SQLITE_MAGIC, appended_only, file_head, files_holding,
+                                       files_under, plan_names, sqlite_text, tree_hash, unique_text)
 from muxhost.testing.helpers import (Result, agent_binary, alive, in_ci, install_plugin, load_module, missing,
-                                     one_line_error, pip_install, plugin_package, wait_for)
+                                     one_line_error, pip_install, plugin_package, quiet_connection, wait_for)
 from muxhost.testing.inprocess import Leak, run_cli
-from muxhost.testing.mux import SHELL_ENV, Mux, Watching, _carrying, clean_env
+from muxhost.testing.mux import SHELL_ENV, Mux, Watching, carrying, clean_env
 from muxhost.testing.tmuxclient import TmuxClient
 
 __all__ = ["AgentContract", "ContractWorld", "FakeBackend", "Leak", "Mux", "Result", "SHELL_ENV", "TmuxClient",
            "Watching", "agent_binary", "alive", "appended_only", "clean_env", "fake_host", "files_holding", "in_ci", "install_plugin",
-           "load_module", "missing", "needs_agent_cli", "one_line_error", "pip_install", "plan_names", "plugin_package", "run_cli", "tree_hash",
-           "unique_text", "wait_for", "_DB_SIDECARS", "_SQLITE_MAGIC", "_carrying", "_files", "_head", "_sqlite_text"]
+           "load_module", "missing", "needs_agent_cli", "one_line_error", "pip_install", "plan_names", "plugin_package", "quiet_connection", "run_cli", "tree_hash",
+           "unique_text", "wait_for", "DB_SIDECARS", "SQLITE_MAGIC", "carrying", "files_under", "file_head", "sqlite_text"]
 
 # fixtures that mean a test needs a pane server / a real agent CLI (the markers `tmux` / `agents`)
 TMUX_FIXTURES = frozenset({"mux", "server", "session"})

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from muxhost.testing.forensics import (_DB_SIDECARS, _SQLITE_MAGIC, _files, _head, _sqlite_text, appended_only,
-                                       files_holding, plan_names, tree_hash, unique_text)
+from muxhost.testing.forensics import (DB_SIDECARS, SQLITE_MAGIC, appended_only, file_head, files_holding,
+                                       files_under, plan_names, sqlite_text, tree_hash, unique_text)
 from muxhost.testing.helpers import wait_for
-from muxhost.testing.mux import Mux, _carrying
+from muxhost.testing.mux import Mux, carrying
 
 _XDG_VARS = ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME")
 
@@ -66,6 +66,9 @@ class AgentContract:
       marker (``-m "not agents"`` leaves them out); False for a stand-in (the demo agent).
     - ``settle`` (optional, seconds): how long the disk must stay unchanged before the byte-for-byte
       snapshot of a running agent is taken, for agents that write a moment after a turn.
+    - ``activity_fixtures`` (a folder, for an agent with an ``activity`` hook): recorded cases of the
+      real agent in each state, one folder each (:mod:`muxhost.testing.recording`: its screen, its
+      state files, the state expected); None only for an agent without the hook.
 
     Every test starts from a fresh HOME, tmux server and state dir and types unique texts
     (:func:`unique_text`), so "no file holds the text" is an exact grep of raw bytes (SQLite files,
@@ -103,6 +106,10 @@ class AgentContract:
       model is sent its earlier turns.
     - ``model_requests(mux)`` (optional): the request bodies the fake model server received, oldest
       first, as text; the round trip then checks the resumed agent sent the earlier context.
+    - ``test_activity_answers_each_recorded_state`` (skipped, saying why, for an agent without an
+      ``activity`` hook): over every case of ``activity_fixtures`` (its files in a temporary HOME,
+      its screen) the hook answers the state recorded — an agent CLI upgrade that changes a footer
+      or a status word fails here once the cases are recorded again.
     """
 
     agent: str = ""
@@ -113,6 +120,7 @@ class AgentContract:
     titles_itself: bool = False
     ignore_paths: tuple[str, ...] = ()
     settle: float = 0.0
+    activity_fixtures: Path | None = None
 
     # -- what a plugin's test class implements -------------------------------------------------
     def converse(self, mux: Mux, pane: str, text: str) -> None:
@@ -294,7 +302,7 @@ class AgentContract:
         assert stopped.get("outcome") == "exit", \
             f"[stop] outcome {stopped.get('outcome')!r} after {stopped.get('seconds')}s, not 'exit': the agent " \
             "did not quit on its exit_text within the grace"
-        survivors = procs.alive(keys) + _carrying(procs.RECORD_ENV, rec["id"])
+        survivors = procs.alive(keys) + carrying(procs.RECORD_ENV, rec["id"])
         assert not survivors, f"[stop] processes survived the stop: {sorted(survivors)}"
 
         row = self._row(mux, "exists", rec["id"], all_records=True)
@@ -320,7 +328,7 @@ class AgentContract:
                 if (p := table.get(pid)) is not None}
         asleep = self._ok(mux, "sleep", "sleep", rec["id"], "--json")
         assert asleep["state"] == "asleep", f"[sleep] `muxhost sleep` gave {asleep}"
-        survivors = procs.alive(keys) + _carrying(procs.RECORD_ENV, rec["id"])
+        survivors = procs.alive(keys) + carrying(procs.RECORD_ENV, rec["id"])
         assert not survivors, f"[sleep] processes of the agent survived its sleep: {sorted(survivors)}"
         row = self._row(mux, "sleep", rec["id"])
         assert row["state"] == "asleep" and row["conversation_id"] == cid, f"[sleep] `ls` shows {row}"
@@ -416,13 +424,13 @@ class AgentContract:
         def theirs_only(data: bytes) -> list[bytes]:
             return [ln.rstrip(b"\r\n") for ln in data.splitlines() if has(ln, theirs) and not has(ln, mine)]
 
-        files = _files(self._roots(mux), self._skip(mux))
-        dbs = {p for p in files if _head(p) == _SQLITE_MAGIC}
+        files = files_under(self._roots(mux), self._skip(mux))
+        dbs = {p for p in files if file_head(p) == SQLITE_MAGIC}
         owned: dict[str, bytes] = {}      # files only the neighbour's text is in: identical bytes
         lines: dict[str, list[bytes]] = {}  # shared line files: the neighbour's lines
         shared_dbs: list[str] = []          # shared databases: its rows readable, its text there
         for p in files:
-            if any(p.endswith(s) and p[:-len(s)] in dbs for s in _DB_SIDECARS):
+            if any(p.endswith(s) and p[:-len(s)] in dbs for s in DB_SIDECARS):
                 continue  # judged with its database
             data = Path(p).read_bytes()
             unit = {p: data, **{p + s: Path(p + s).read_bytes() for s in ("-wal", "-journal")
@@ -451,7 +459,7 @@ class AgentContract:
                 problems.append(f"{p} (shared): the neighbour's lines changed "
                                 f"({len(kept)} before, {'file gone' if now is None else len(now)} after)")
         for p in shared_dbs:
-            found, why = _sqlite_text(p, w.neighbour_text) if os.path.exists(p) else (False, "the database is gone")
+            found, why = sqlite_text(p, w.neighbour_text) if os.path.exists(p) else (False, "the database is gone")
             if not found:
                 problems.append(f"{p} (shared database): {why}")
         assert not problems, f"[neighbour] the purge of {w.main['conversation_id']} touched the neighbour " \
@@ -496,16 +504,36 @@ class AgentContract:
         left = self._holding(mux, w.child_texts)
         assert not left, f"[children] after the purge these files still hold a child's text: {sorted(left)}"
 
+    def test_activity_answers_each_recorded_state(self, mux: Mux, tmp_path: Path) -> None:
+        import json
+        import subprocess
+        import sys
+
+        self._begin(mux)  # (prepare: the plugin loads as the CLI loads it, in mux.env)
+        folder = str(self.activity_fixtures) if self.activity_fixtures is not None else ""
+        p = subprocess.run([sys.executable, "-c", "import json, sys; from muxhost.testing.recording import replay_all; "
+                            "print(json.dumps(replay_all(*sys.argv[1:])))", self.agent, folder, str(tmp_path)],
+                           env=mux.env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, f"[activity] the replay failed: {p.stderr.strip()[-2000:]}"
+        got = json.loads(p.stdout)
+        assert got["found"], f"[activity] no plugin provides agent {self.agent!r}"
+        if not got["hook"]:
+            pytest.skip(f"{self.agent} has no activity hook: nothing recorded to replay")
+        assert folder, f"[activity] {type(self).__name__}.activity_fixtures: {self.agent} has an activity hook; record its states"
+        assert got["cases"], f"[activity] no case (a folder with expected.txt) under {folder}"
+        wrong = [f"{name}: {answer!r}, recorded {want!r}" for name, (answer, want) in got["cases"].items() if answer != want]
+        assert not wrong, "[activity] the hook does not answer the recorded state: " + "; ".join(wrong)
+
     def _contents(self, mux: Mux, sizes: dict[str, int] | None = None) -> dict[str, Any]:
         """Every file of HOME and the XDG dirs: its sha256, or for a database the rows of each table
         (its bytes change with a VACUUM; its -wal, -shm and -journal are judged with it)."""
         import sqlite3
 
         hashed = self._hash(mux, sizes)
-        dbs = {p for p, h in hashed.items() if h != "dir" and os.path.isfile(p) and _head(p) == _SQLITE_MAGIC}
+        dbs = {p for p, h in hashed.items() if h != "dir" and os.path.isfile(p) and file_head(p) == SQLITE_MAGIC}
         out: dict[str, Any] = {}
         for p, h in hashed.items():
-            if any(p.endswith(s) and p[:-len(s)] in dbs for s in _DB_SIDECARS):
+            if any(p.endswith(s) and p[:-len(s)] in dbs for s in DB_SIDECARS):
                 continue
             if p not in dbs:
                 out[p] = h

@@ -8,8 +8,8 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-_DB_SIDECARS = ("-wal", "-journal", "-shm")
+SQLITE_MAGIC = b"SQLite format 3\x00"
+DB_SIDECARS = ("-wal", "-journal", "-shm")
 
 
 def tree_hash(*roots: str | os.PathLike, skip: tuple[str, ...] = (),
@@ -78,7 +78,7 @@ def unique_text(role: str) -> str:
     return f"muxhost contract {role} {uuid.uuid4().hex}"
 
 
-def _files(roots: list[Path], skip: tuple[str, ...]) -> list[str]:
+def files_under(roots: list[Path], skip: tuple[str, ...]) -> list[str]:
     """Every regular file under ``roots`` (symlinks not followed), without paths containing ``skip``."""
     out: dict[str, None] = {}
     for root in roots:
@@ -95,7 +95,7 @@ def files_holding(roots: list[Path], needles: list[str], skip: tuple[str, ...] =
     bytes, not rows, so SQLite files, their ``-wal`` and their free pages count."""
     wanted = [(n, n.encode()) for n in needles]
     out: dict[str, list[str]] = {}
-    for path in _files(roots, skip):
+    for path in files_under(roots, skip):
         try:
             data = Path(path).read_bytes()
         except OSError:
@@ -121,7 +121,7 @@ def plan_names(plan: list[str], path: str, home: str | os.PathLike, roots: list[
     """True when a line of a purge plan names the file ``path``: itself (absolute or ``~/…``), a
     folder holding it inside ``roots`` (a ``Dir`` line, ``~/…/``), or for a database's ``-wal``,
     ``-journal`` or ``-shm`` its database (rows are named by their database's path)."""
-    targets = [path] + [path[:-len(s)] for s in _DB_SIDECARS if path.endswith(s)]
+    targets = [path] + [path[:-len(s)] for s in DB_SIDECARS if path.endswith(s)]
     homes = {os.path.abspath(home), os.path.realpath(home)}
     inside = [os.path.realpath(r) for r in roots] + [os.path.abspath(r) for r in roots]
 
@@ -146,12 +146,13 @@ def plan_names(plan: list[str], path: str, home: str | os.PathLike, roots: list[
     return False
 
 
-def _head(path: str) -> bytes:
+def file_head(path: str) -> bytes:
+    """The first bytes of ``path``, as many as :data:`SQLITE_MAGIC` has (a database starts with it)."""
     with open(path, "rb") as f:
-        return f.read(len(_SQLITE_MAGIC))
+        return f.read(len(SQLITE_MAGIC))
 
 
-def _sqlite_text(db: str, text: str) -> tuple[bool, str]:
+def sqlite_text(db: str, text: str) -> tuple[bool, str]:
     """(whether a row of ``db`` holds ``text``, what went wrong), read from a copy of the database
     and its ``-wal`` (the original is not opened)."""
     import tempfile

@@ -1,8 +1,9 @@
 """Small helpers of every test tier: a command's result, polling, whether a process lives, loading another test module, the
-one-error-line check, the real agent CLIs, plugin packages pip-installed as a user would."""
+one-error-line check, the real agent CLIs, plugin packages pip-installed as a user would, a quiet network connection."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -151,3 +152,54 @@ def agent_binary(name: str) -> str:
     if found:
         return found
     missing(f"the {name} CLI is not installed (run .ci/run, or set MUXHOST_AGENT_BIN_DIR)")
+
+
+_PEER = """import socket, sys
+srv = socket.create_server(("127.0.0.1", 0))
+print(srv.getsockname()[1], flush=True)
+conn, _ = srv.accept()
+for line in sys.stdin:
+    if line.strip() == "read":
+        conn.recv(1)
+    else:
+        conn.sendall(b"x")
+    print("ok", flush=True)
+"""
+
+
+@contextlib.contextmanager
+def quiet_connection(seconds: float):
+    """A TCP connection of this process to another (a child on 127.0.0.1, a model that sends
+    nothing) made ``seconds`` ago (it waits that long), nothing sent either way: yields
+    ``[os.getpid()]``, the pids to give an AgentContext so that :func:`muxhost.kit.net.quiet_for`
+    sees it. The yielded list's ``poke()`` has the peer send one byte (a reply that streams),
+    ``answer()`` this end (a request)."""
+    import socket
+
+    peer = subprocess.Popen([sys.executable, "-c", _PEER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    client = None
+    try:
+        client = socket.create_connection(("127.0.0.1", int(peer.stdout.readline())))
+
+        class Pids(list):
+            def poke(self) -> None:
+                """The peer sends one byte (a reply streams)."""
+                peer.stdin.write("send\n")
+                peer.stdin.flush()
+                client.recv(1)
+                peer.stdout.readline()
+
+            def answer(self) -> None:
+                """This end sends one byte (a request, a ping's answer)."""
+                peer.stdin.write("read\n")
+                peer.stdin.flush()
+                client.sendall(b"y")
+                peer.stdout.readline()
+
+        time.sleep(seconds)
+        yield Pids([os.getpid()])
+    finally:
+        if client is not None:
+            client.close()
+        peer.kill()
+        peer.wait()

@@ -234,7 +234,7 @@ class Mux:
         if token is None:
             return set()
         table = procs.ProcessTable.snapshot()
-        return set(_carrying(SHELL_ENV, token)) | ({p.key for p in table.tree_of(shell)} if shell else set())
+        return set(carrying(SHELL_ENV, token)) | ({p.key for p in table.tree_of(shell)} if shell else set())
 
     @contextlib.contextmanager
     def frozen(self, keys: set[tuple[int, float]]):
@@ -261,7 +261,7 @@ class Mux:
         if token is None:
             return
         table = procs.ProcessTable.snapshot()
-        keys = set(_carrying(SHELL_ENV, token)) | ({p.key for p in table.tree_of(shell)} if shell else set())
+        keys = set(carrying(SHELL_ENV, token)) | ({p.key for p in table.tree_of(shell)} if shell else set())
         for key in keys:
             procs.signal_if_same(*key, signal.SIGHUP)
         for key in procs.wait_gone(keys, 3.0):
@@ -334,7 +334,7 @@ print(json.dumps({"argv": list(launch.argv), "env": {**rec.env, **dict(launch.en
 """
 
 
-def _carrying(var: str, value: str) -> list[tuple[int, float]]:
+def carrying(var: str, value: str) -> list[tuple[int, float]]:
     """(pid, create time) of every live process of our user whose environment has ``var=value``."""
     import psutil
 

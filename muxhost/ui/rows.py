@@ -45,14 +45,14 @@ class Row:
         """``waiting 2m``, ``working`` (since unknown)."""
         if self.since is None:
             return self.status
-        from muxhost.cli.ls import _ago
+        from muxhost.cli.output import ago
 
-        return f"{self.status} {_ago((now or time.time()) - self.since)}"
+        return f"{self.status} {ago((now or time.time()) - self.since)}"
 
     def where(self, width: int) -> str:
         """The worktree branch (``⎇ fix-login``), else the folder, shortened to ``width`` (a host
         offline: the reason)."""
-        from muxhost.cli.ls import short_path
+        from muxhost.cli.output import short_path
 
         if self.branch:
             return f"⎇ {self.branch}"[:width]
@@ -125,6 +125,6 @@ def counts(rows: list[Row]) -> str:
 
 def short_conversation(cid: str, others) -> str:
     """A conversation id as ``ls`` cuts it (like git's short commits)."""
-    from muxhost.cli.ls import short_id
+    from muxhost.cli.output import short_id
 
     return short_id(cid, others)

@@ -40,10 +40,10 @@ from typing import Any, Iterable
 import psutil
 
 from muxhost.api import UUID_PATTERN, Activity, Agent, AgentContext, Launch, NotFound, artifacts, hookimpl, kit
-from muxhost_claude.activity import registry_activity, transcript_activity
+from muxhost_claude.activity import registry_activity, transcript_activity, transcript_stalled
 
 __all__ = ["ClaudeAgent", "project_folder_name", "java_string_hash", "registry_entry_live", "registry_activity",
-           "transcript_activity", "muxhost_register_agents"]
+           "transcript_activity", "transcript_stalled", "muxhost_register_agents"]
 
 _MAX_FOLDER = 200
 # config-dir folders never scanned for per-conversation entries: shared by every conversation of a
@@ -345,15 +345,21 @@ class ClaudeAgent(Agent):
         entry = _live_entry(paths.sessions, ctx.pids, patient=False)  # (every watch pass: no retry pause)
         if entry is not None:
             answer = registry_activity(entry)
-            if answer is not None:
-                return Activity(answer, f"registry: sessions/{entry.get('pid')}.json status {entry.get('status')!r}")
             cid = entry.get("sessionId") if self.valid_id(entry.get("sessionId")) else cid
+            if answer is not None:
+                said = Activity(answer, f"registry: sessions/{entry.get('pid')}.json status {entry.get('status')!r}")
+                if answer == "working" and self.valid_id(cid) and ctx.cwd:
+                    return transcript_stalled(paths.transcript(cid), ctx) or said
+                return said
         if not self.valid_id(cid):
             return None
         transcript = paths.transcript(cid) if ctx.cwd else None
         if transcript is not None:
             answer = transcript_activity(transcript)
-            return None if answer is None else Activity(answer, f"transcript: the last entries of {transcript.name}")
+            if answer is None:
+                return None
+            return (answer == "working" and transcript_stalled(transcript, ctx)) or \
+                Activity(answer, f"transcript: the last entries of {transcript.name}")
         key = (str(paths.projects), cid)
         if key not in _ELSEWHERE:
             if not paths.anywhere(cid):

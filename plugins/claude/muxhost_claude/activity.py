@@ -4,11 +4,12 @@ the conversation's transcript (:meth:`muxhost_claude.ClaudeAgent.activity` picks
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from muxhost.api import kit
 
-__all__ = ["registry_activity", "transcript_activity"]
+__all__ = ["registry_activity", "transcript_activity", "transcript_stalled"]
 
 
 #: the registry's ``status`` (claude's own word, rewritten as its UI changes) -> muxhost's
@@ -37,13 +38,7 @@ def transcript_activity(path: Path) -> str | None:
         lines, _mark = kit.jsonl.tail(path, _TAIL)
     except OSError:
         return None
-    for raw in reversed(lines):
-        try:
-            e = json.loads(raw)
-        except ValueError:
-            continue
-        if not isinstance(e, dict) or e.get("isSidechain"):
-            continue
+    for e in _entries(lines):
         kind, msg = e.get("type"), e.get("message") if isinstance(e.get("message"), dict) else {}
         content = msg.get("content")
         blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
@@ -59,4 +54,38 @@ def transcript_activity(path: Path) -> str | None:
             if text.startswith(("<command-name>", "<local-command-")):
                 continue  # a local slash command's lines (its output, the caveat): no turn
             return "idle" if text.startswith("[Request interrupted by user") else "working"
+    return None
+
+
+def _entries(lines: list[bytes]):
+    """A transcript's entries (dicts), last first; sub-agents' (``isSidechain``) left out."""
+    for raw in reversed(lines):
+        try:
+            e = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(e, dict) and not e.get("isSidechain"):
+            yield e
+
+
+def transcript_stalled(path: Path | None, ctx, now: float | None = None):
+    """``stalled`` (an Activity with its reason) when claude's turn waits on the model and nothing
+    comes: the transcript's last entry of the turn is a prompt, a tool result or an answer's text
+    (not a tool call: a tool that runs long and quietly is no stall), the file has not grown for
+    ``ctx.stall_after`` and claude received no byte for as long (:func:`muxhost.kit.net.stalled`:
+    claude writes an answer's text only once its block ends, so a reply that streams for minutes
+    leaves the transcript still). Else None."""
+    try:
+        changed = path.stat().st_mtime if path is not None else None
+        if changed is None or (time.time() if now is None else now) - changed < ctx.stall_after:
+            return None  # (it grew lately: not read, every pass of a turn)
+        lines, _mark = kit.jsonl.tail(path, _TAIL)
+    except OSError:
+        return None
+    for e in _entries(lines):
+        if e.get("type") in ("user", "assistant"):
+            content = (e.get("message") if isinstance(e.get("message"), dict) else {}).get("content")
+            if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_use" for b in content):
+                return None  # a tool runs
+            return kit.net.stalled(ctx, changed, "transcript", now)
     return None

@@ -30,6 +30,7 @@ SLOW = "MUXHOST_SLOW"                    # "MUXHOST_SLOW <s>": a text answer str
 ASK_BASH = "MUXHOST_ASK_BASH"            # a Bash call (asks for permission unless settings allow Bash)
 SUB_THEN_SLOW = "MUXHOST_SUB_THEN_SLOW"  # "… <s>": a quick sub-agent, then an answer streamed over <s> s
 QUICK_SUB = "MUXHOST_QUICK_SUB"          # a sub-agent that answers at once
+HANG = "MUXHOST_HANG"                    # the answer's headers, then not a byte until the server stops
 ASKED_FILE = "asked-for.txt"
 CREATED_FILE = "made-by-claude.txt"
 SUB_FILE = "made-by-subagent.txt"
@@ -65,7 +66,8 @@ class FakeAnthropic:
     Messages API streams, with a scripted model:
 
     - a conversation whose first real prompt contains ``MUXHOST_SUBAGENT_WORK`` is a sub-agent: it
-      writes ``made-by-subagent.txt`` once, then answers "sub-agent done";
+      writes ``made-by-subagent.txt`` once, then answers "sub-agent done" (with ``MUXHOST_SLOW <s>``
+      in that prompt too: it streams "sub-agent done" over ``<s>`` seconds instead);
     - a turn whose prompt contains ``MUXHOST_MAKE_STUFF`` calls, one per response: ``Write`` (a file in
       the cwd), the task tool (``TaskCreate`` when offered, else ``TodoWrite``), the sub-agent tool
       (``Agent`` or ``Task``), then answers "all done";
@@ -76,6 +78,8 @@ class FakeAnthropic:
     - ``MUXHOST_ASK_BASH``: calls ``Bash`` (``touch asked-for.txt``), then answers "bash done";
     - ``MUXHOST_SUB_THEN_SLOW <s>``: runs a sub-agent that answers at once ("sub-agent done"), then
       streams its own answer over ``<s>`` seconds, ending "parent done";
+    - ``MUXHOST_HANG``: the response headers, then not one byte, the request held open until
+      :meth:`stop` (a model that hangs: the turn stays open with nothing written anywhere);
     - anything else (titles, plain prompts) gets a short text answer.
 
     Every request is kept in ``self.requests`` (path, headers, body; ``answer`` and ``stop``: the text and
@@ -88,6 +92,7 @@ class FakeAnthropic:
         self.turns: list[dict] = []  # every finished answer: {"prompt": last prompt, "text": answer}
         self.lock = threading.Lock()
         self.cwd_hint = cwd_hint
+        self.release = threading.Event()  # set by stop(): a held (HANG) request ends
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -125,6 +130,8 @@ class FakeAnthropic:
                     return self._json(200, {})
                 blocks, stop = outer.answer(body)
                 entry["answer"], entry["stop"] = "".join(b.get("text", "") for b in blocks), stop
+                if stop == "hang":
+                    return self._hang()
                 try:
                     if body.get("stream"):
                         self._stream(body, blocks, stop)
@@ -147,6 +154,16 @@ class FakeAnthropic:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _hang(self):
+                """Headers of a stream, then nothing until the server stops (then the connection closes)."""
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                self.wfile.flush()
+                outer.release.wait()
+                self.close_connection = True
 
             def _stream(self, body: dict, blocks: list[dict], stop: str):
                 """The events of one answer; a text block with ``pace`` streams its words one delta
@@ -212,6 +229,7 @@ class FakeAnthropic:
         return self
 
     def stop(self) -> None:
+        self.release.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -251,6 +269,8 @@ class FakeAnthropic:
 
         if QUICK_SUB in first_prompt:
             return [{"type": "text", "text": "sub-agent done"}], "end_turn"
+        if SUBAGENT_PROMPT in first_prompt and SLOW in first_prompt:
+            return slow(_seconds(first_prompt, SLOW), "sub-agent done")
         if SUBAGENT_PROMPT in first_prompt:
             if steps_done == 0 and cwd:
                 return tool("Write", {"file_path": os.path.join(cwd, SUB_FILE), "content": "sub-agent was here\n"})
@@ -272,6 +292,8 @@ class FakeAnthropic:
                 return tool(agent_tool, {"description": "muxhost quick child", "subagent_type": "general-purpose",
                                          "prompt": f"{QUICK_SUB}: answer at once"})
             return slow(_seconds(last_prompt, SUB_THEN_SLOW), "parent done")
+        if HANG in last_prompt:
+            return [], "hang"
         if SLOW in last_prompt:
             return slow(_seconds(last_prompt, SLOW), "slow done")
         if ASK_BASH in last_prompt:

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from muxhost import AgentContext
-from muxhost.testing import Watching, wait_for
-from muxhost_claude import ClaudeAgent, project_folder_name, registry_activity, transcript_activity
+from muxhost.testing import Watching, quiet_connection, wait_for
+from muxhost_claude import ClaudeAgent, project_folder_name, registry_activity, transcript_activity, transcript_stalled
 
 # the words conftest.FakeAnthropic reacts to (conftest is not importable by name)
 SLOW = "MUXHOST_SLOW"
@@ -210,6 +210,26 @@ def _sent(r: dict, timeout: float = 60) -> float:
     return wait_for(lambda: r["sent"], timeout=timeout, what="the end of the answer")
 
 
+def _states_until(watch: Watching, pane: str, r: dict) -> set[str]:
+    """Every state the watch shows for the pane (looked at every 0.1 s) until request ``r``'s answer is sent."""
+    states = set()
+    while r["sent"] is None:
+        states.add(watch.activity(pane))
+        time.sleep(0.1)
+    return states
+
+
+def _slow_turn(w, watch: Watching, pane: str, seconds: float, since: int) -> None:
+    """A slow answer (``MUXHOST_SLOW <seconds>``): working within 3 s of the request, all along
+    while it streams, idle within 3 s of its end."""
+    _send(w, pane, f"{SLOW} {seconds}")
+    slow = _answered(w, "slow done", since)
+    _seen(watch, pane, "working", slow["t"])
+    states = _states_until(watch, pane, slow)
+    assert states == {"working"}, f"the answer streaming was {states}"
+    _seen(watch, pane, "idle", slow["sent"])
+
+
 def _seen(watch: Watching, pane: str, state: str, cause: float, timeout: float = 30) -> None:
     """Wait for ``state`` on the pane; it must show within :data:`WITHIN` s of ``cause`` (monotonic)."""
     watch.wait(pane, state, timeout=timeout)
@@ -235,15 +255,7 @@ def test_working_waiting_idle(claude_world):
         watch.wait(pane, "idle", timeout=30)
         # a slow answer: working within 3 s of the request, all along, idle within 3 s of its end
         mark, since = len(watch.changes), len(w.server.requests)
-        _send(w, pane, f"{SLOW} 7")
-        slow = _answered(w, "slow done", since)
-        _seen(watch, pane, "working", slow["t"])
-        states = set()
-        while slow["sent"] is None:
-            states.add(watch.activity(pane))
-            time.sleep(0.1)
-        assert states == {"working"}, f"the answer streaming was {states}"
-        _seen(watch, pane, "idle", slow["sent"])
+        _slow_turn(w, watch, pane, 7, since)
         assert _steps(watch.changes_of(rid, mark, until="idle"), rid) == [("idle", "working"), ("working", "idle")]
 
         # a tool call that needs the user's permission: waiting within 3 s of the call
@@ -322,10 +334,7 @@ def test_a_sub_agent_ending_keeps_the_parent_working(claude_world, source):
         sub = _answered(w, "sub-agent done", since)
         parent = _answered(w, "parent done", since)
         sub_end = _sent(sub)
-        states = set()
-        while parent["sent"] is None:  # from the sub-agent's end to the parent's
-            states.add(watch.activity(pane))
-            time.sleep(0.1)
+        states = _states_until(watch, pane, parent)  # from the sub-agent's end to the parent's
         assert parent["sent"] - sub_end > 4, "the parent still worked a while after the sub-agent ended"
         assert states == {"working"}, f"the parent was {states} after its sub-agent ended"
         _seen(watch, pane, "idle", parent["sent"])
@@ -333,3 +342,63 @@ def test_a_sub_agent_ending_keeps_the_parent_working(claude_world, source):
     assert list((w.config_dir / "projects" / project_folder_name(str(cwd)) / rec["conversation_id"] / "subagents")
                 .glob("agent-*.jsonl")), "the sub-agent has a transcript of its own (which ended first)"
     assert registry.exists() == (source == "registry")
+
+
+HANG = "MUXHOST_HANG"  # conftest.FakeAnthropic: the answer's headers, then not a byte
+
+
+def test_a_hung_model_is_stalled_a_slow_one_never(claude_world):
+    """``watch.stall_after`` 5 s: an answer that streams a word every 0.25 s for 9 s stays
+    ``working`` all along (claude's transcript does not grow while it streams: the bytes arriving
+    say it works); a model that sends the headers and then nothing is ``stalled`` within a few
+    seconds of ``stall_after`` — claude's registry still says busy and its spinner still moves —
+    for the watch and for ``ls`` without one."""
+    w = claude_world
+    mux = w.mux
+    mux.config.write_text("watch:\n  interval: 0.5\n  stall_after: 5\n")
+    cwd = w.work / "hang"
+    cwd.mkdir()
+    rec = w.launch(cwd)
+    pane, rid = rec["pane"], rec["id"]
+    with Watching(mux) as watch:
+        watch.wait(pane, "idle", timeout=30)
+        since = len(w.server.requests)
+        _slow_turn(w, watch, pane, 9, since)
+
+        since = len(w.server.requests)
+        _send(w, pane, HANG)
+        held = _request(w, lambda r: r.get("stop") == "hang", "the held request", since)
+        watch.wait(pane, "stalled", timeout=30)
+        late = time.monotonic() - held["t"]
+        assert 5 <= late < 5 + WITHIN + 1, f"stalled {late:.1f}s after the request was held"
+        assert registry_activity(json.loads(next((w.config_dir / "sessions").glob("*.json")).read_text())) == "working"
+        assert _steps(watch.changes, rid)[-2:] == [("idle", "working"), ("working", "stalled")]
+    row = next(r for r in mux.ok("ls", "--json") if r["id"] == rid)
+    assert row["activity"] == "stalled", row
+
+
+def test_transcript_stalled_only_while_a_reply_is_awaited_and_nothing_comes(tmp_path):
+    """``transcript_stalled``: the transcript still for ``stall_after`` and no byte from the network
+    for as long — after a prompt or a tool result; never while a tool call is the last entry (a
+    quiet tool runs), never while the file just grew or a byte just came, never with no connection."""
+    import os
+
+    f = tmp_path / f"{A}.jsonl"
+    with quiet_connection(1.1) as pids:
+        ctx = AgentContext(home=str(tmp_path), pids=pids, stall_after=1.0)
+
+        def still(text: str, c: AgentContext = ctx):
+            f.write_text(HEAD + text)
+            old = time.time() - 30
+            os.utime(f, (old, old))
+            return transcript_stalled(f, c)
+
+        assert still(PROMPT) == "stalled" and "transcript: no change for 30 s" in still(PROMPT).reason
+        assert still(PROMPT + _assistant("tool_use", TOOL) + _user([RESULT])) == "stalled"
+        assert still(PROMPT + _assistant("tool_use", TOOL)) is None  # a tool runs
+        assert still(PROMPT, AgentContext(home=str(tmp_path), pids=[], stall_after=1.0)) is None
+        f.write_text(HEAD + PROMPT)
+        assert transcript_stalled(f, ctx) is None  # it just grew
+        assert transcript_stalled(tmp_path / "gone.jsonl", ctx) is None
+        pids.poke()
+        assert still(PROMPT) is None  # a byte just came: the reply streams

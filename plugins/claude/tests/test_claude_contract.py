@@ -9,6 +9,7 @@ transcript lives in ``projects/<folder>/<id>/subagents/``, its output under ``<t
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +24,7 @@ class TestClaudeContract(AgentContract):
     agent = "claude"
     has_children = True
     settle = 1.0  # claude appends to its transcript a moment after a turn
+    activity_fixtures = Path(__file__).parent / "fixtures" / "activity"  # made by record_activity.py
 
     @pytest.fixture(autouse=True)
     def _claude(self, claude_world):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from muxhost.api import Activity, Agent, AgentContext, Launch, hookimpl, kit
 from muxhost_codex.activity import (APPROVAL_FOOTER, APPROVAL_WORDS, QUESTION_FOOTER, TURN_CLOSED, TURN_OPEN,
-                                    _turns, asks_user, last_turn, parse_ts_ms)  # noqa: F401  (the names it had)
+                                    _turns, asks_user, last_turn, parse_ts_ms, rollout_stalled)  # noqa: F401  (the names it had)
 
 __version__ = "0.1.0"
 
@@ -377,7 +377,8 @@ class CodexAgent(Agent):
         ``discover``'s to say: the watch asks it every pass until the record has one): ``working``
         while its last turn is open (a request or a tool in flight), or closed while a sub-agent's
         is open; ``idle`` once closed. A turn opened before this launch (a killed codex left it) is
-        closed. No thread or no rollout yet: no opinion."""
+        closed. An open turn that waits on the model with no sign of life is ``stalled``
+        (:func:`rollout_stalled`). No thread or no rollout yet: no opinion."""
         if screen is not None and asks_user(screen):
             return Activity("waiting", "screen: an approval prompt or a question at the bottom")
         home = codex_home(ctx)
@@ -387,7 +388,7 @@ class CodexAgent(Agent):
         if turn is None:
             return None
         if self._open(turn, ctx):
-            return Activity("working", f"rollout: the last turn of {path.name} is open")
+            return rollout_stalled(path, ctx) or Activity("working", f"rollout: the last turn of {path.name} is open")
         if self._sub_agent_working(ctx, home, tid):
             return Activity("working", "rollout: a sub-agent's last turn is open (state database: its spawn edge)")
         return Activity("idle", f"rollout: the last turn of {path.name} closed")

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 from muxhost.api import kit
 
 __all__ = ["TURN_OPEN", "TURN_CLOSED", "APPROVAL_FOOTER", "APPROVAL_WORDS", "QUESTION_FOOTER", "asks_user",
-           "last_turn", "parse_ts_ms"]
+           "last_turn", "parse_ts_ms", "rollout_stalled"]
 
 #: rollout ``event_msg`` types that open a turn, and that close one
 TURN_OPEN = ("task_started", "turn_started")
@@ -22,6 +23,8 @@ _TURN_TYPES = tuple(f'"{t}"'.encode() for t in TURN_OPEN + TURN_CLOSED)
 APPROVAL_FOOTER = "Press enter to confirm or esc to cancel"
 APPROVAL_WORDS = ("Would you like to ", "needs your approval", "Yes, proceed (y)")
 QUESTION_FOOTER = re.compile(r"enter to submit (answer|all)")
+#: the rollout items of a tool call (its output comes in an item of its own once the tool ends)
+_TOOL_CALLS = ("function_call", "custom_tool_call", "local_shell_call")
 _TAIL = 1 << 16       # bytes read back from a rollout's end at first, looking for its last turn event
 _TAIL_MAX = 1 << 24   # and at most
 _turns: dict[str, tuple[kit.jsonl.Mark, tuple[bool, float] | None]] = {}  # path -> how far it was read, its turn
@@ -73,3 +76,29 @@ def parse_ts_ms(value: object) -> int | None:
         return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)  # type: ignore[union-attr]
     except (AttributeError, ValueError):
         return None
+
+
+def rollout_stalled(path: Path, ctx, now: float | None = None):
+    """``stalled`` (an Activity with its reason) when codex's open turn waits on the model and
+    nothing comes: the rollout's last response item is not a tool call (a tool that runs long and
+    quietly is no stall), the rollout has not grown for ``ctx.stall_after`` and codex received no
+    byte for as long (:func:`muxhost.kit.net.stalled`: codex writes a reply's item only once it is
+    whole). Else None."""
+    try:
+        changed = path.stat().st_mtime
+        if (time.time() if now is None else now) - changed < ctx.stall_after:
+            return None  # (it grew lately: not read, every pass of a turn)
+        lines, _mark = kit.jsonl.tail(path, _TAIL)
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if b'"response_item"' not in line:
+            continue
+        try:
+            kind = json.loads(line)["payload"]["type"]
+        except (ValueError, TypeError, KeyError):
+            continue
+        if kind in _TOOL_CALLS:
+            return None  # a tool runs
+        break
+    return kit.net.stalled(ctx, changed, "rollout", now)

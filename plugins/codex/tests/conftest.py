@@ -21,6 +21,8 @@ on the newest input item of the request:
 - a user message containing ``SPAWN-BG``: a ``spawn_agent`` call whose sub-agent answers after
   ``CHILD_BG_DELAY``, while the parent answers the spawn call's output at once: the parent's turn
   ends while the child's is still open;
+- a user message containing ``HANG-REPLY``: the response headers, then not one byte, the request
+  held open until the server stops (a model that hangs);
 - anything else (including a tool call's output, and the thread-title and sub-agent turns, told by
   the ``x-codex-turn-metadata`` header): an assistant message ``fake reply N``.
 
@@ -62,6 +64,7 @@ SPAWN_SLOW_WORD = "SPAWN-SLOW"
 CHILD_DELAY = 1.5
 SPAWN_BG_WORD = "SPAWN-BG"
 CHILD_BG_DELAY = 6.0
+HANG_WORD = "HANG-REPLY"
 
 
 def _sse(event: dict) -> bytes:
@@ -89,6 +92,7 @@ class FakeResponses:
         self.done: list[tuple[float, str]] = []  # (time.time(), thread-id header) of every reply fully sent
         self._lock = threading.Lock()
         self._seq = itertools.count(1)
+        self.release = threading.Event()  # set by stop(): a held (HANG-REPLY) request ends
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -129,6 +133,10 @@ class FakeResponses:
                 self.close_connection = True
                 try:
                     for event in events:
+                        if event is None:  # hold the reply open, not a byte, until the server stops
+                            self.wfile.flush()
+                            fake.release.wait()
+                            return
                         if isinstance(event, float):
                             time.sleep(event)
                             continue
@@ -150,6 +158,7 @@ class FakeResponses:
         return self
 
     def stop(self) -> None:
+        self.release.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -185,6 +194,8 @@ class FakeResponses:
             return self._message(n, slow=True)
         if SLOW_WORD in said:
             return self._message(n, slow=True)
+        if HANG_WORD in said:
+            return [None]
         if TOOL_WORD in said:
             item = {"type": "function_call", "id": f"fc_{n}", "call_id": f"call_tool_{n}", "name": "exec_command",
                     "arguments": json.dumps({"cmd": TOOL_COMMAND, "sandbox_permissions": "require_escalated",

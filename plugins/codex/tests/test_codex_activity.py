@@ -17,8 +17,8 @@ import pytest
 
 import muxhost_codex
 from muxhost import AgentContext
-from muxhost.testing import Watching, wait_for
-from muxhost_codex import CodexAgent, asks_user, last_turn
+from muxhost.testing import Watching, quiet_connection, wait_for
+from muxhost_codex import CodexAgent, asks_user, last_turn, rollout_stalled
 
 SOON = 3.0  # seconds within which the watch must show a state after its cause
 READY = ("? for shortcuts", "Ask Codex to do anything")
@@ -366,3 +366,57 @@ def test_activity_without_a_rollout_or_a_thread_is_no_opinion(tmp_path):
         assert agent.activity(ctx, QUESTION) == "waiting"
     ctx = AgentContext(home=str(tmp_path), env={"CODEX_HOME": str(tmp_path / "nowhere")}, conversation_id=OTHER)
     assert agent.activity(ctx, AT_PROMPT) is None
+
+
+def test_a_hung_model_is_stalled_a_slow_one_never(mux, mux_codex, tmp_path):
+    """``watch.stall_after`` 4 s: a reply that streams for 6 s (nothing of it in the rollout until
+    it ends) stays ``working``; a model that sends the headers and then nothing makes the open turn
+    ``stalled`` a few seconds after ``stall_after`` (the TUI's spinner still moves), for the watch
+    and for ``ls`` without one."""
+    cx = mux_codex
+    mux.config.write_text("watch:\n  interval: 0.5\n  stall_after: 4\n")
+    _, rid, pane = ready(mux, cx, tmp_path)
+    with Watching(mux) as w:
+        w.wait(pane, "idle", timeout=30)
+        t = enter(mux, pane, "please SLOW-REPLY")
+        seen(w, pane, "working", t)
+        end = done(cx, thread_of(request(cx, "SLOW-REPLY")), t)
+        seen(w, pane, "idle", end)
+        assert [s for _, s in steps(w, rid, t)] == ["working", "idle"], w.changes
+        t = enter(mux, pane, "please HANG-REPLY")
+        held = request(cx, "HANG-REPLY")["at"]
+        w.wait(pane, "stalled", timeout=30)
+        late = time.time() - held
+        assert 4 <= late < 4 + SOON + 1, f"stalled {late:.1f}s after the request was held"
+        assert [s for _, s in steps(w, rid, t)] == ["working", "stalled"], w.changes
+    assert next(r for r in mux.ok("ls", "--json") if r["id"] == rid)["activity"] == "stalled"
+
+
+def test_rollout_stalled_only_while_an_open_turn_awaits_the_model_and_nothing_comes(tmp_path):
+    """``rollout_stalled``: the rollout still for ``stall_after`` and no byte from the network for
+    as long, after the prompt or a tool's output; never while a tool call is the last item, never
+    while the rollout just grew or a byte just came."""
+    import os
+
+    f = tmp_path / "rollout.jsonl"
+    prompt = event("task_started") + item("HANG-REPLY")
+    call = json.dumps({"timestamp": T0, "type": "response_item",
+                       "payload": {"type": "function_call", "name": "exec_command", "call_id": "c"}}).encode() + b"\n"
+    output = json.dumps({"timestamp": T0, "type": "response_item",
+                         "payload": {"type": "function_call_output", "call_id": "c"}}).encode() + b"\n"
+    with quiet_connection(1.1) as pids:
+        ctx = AgentContext(home=str(tmp_path), pids=pids, stall_after=1.0)
+
+        def still(data: bytes):
+            f.write_bytes(data)
+            old = time.time() - 30
+            os.utime(f, (old, old))
+            return rollout_stalled(f, ctx)
+
+        assert still(prompt) == "stalled" and still(prompt).reason.startswith("rollout: no change for 30 s")
+        assert still(prompt + call + output) == "stalled"
+        assert still(prompt + call) is None  # a tool runs
+        f.write_bytes(prompt)
+        assert rollout_stalled(f, ctx) is None  # it just grew
+        pids.poke()
+        assert still(prompt) is None  # a byte just came

@@ -126,6 +126,14 @@ def test_a_tui_thread_and_its_sub_agent_leave_no_trace(mux, mux_codex, tmp_path)
     assert record(mux, urid)["resumable"] is True
 
 
+def codex_home_of(p: psutil.Process) -> str | None:
+    """The CODEX_HOME in a process's environment (None when it has none or cannot be read)."""
+    try:
+        return p.environ().get("CODEX_HOME")
+    except psutil.Error:
+        return None
+
+
 def test_stop_finds_the_native_codex_after_its_wrapper_was_killed(mux, mux_codex, tmp_path):
     """SIGKILL of the node wrapper re-parents the native codex to init; the stop ladder still ends it
     (MUXHOST_RECORD is in its environment). The native one is stopped first, so it cannot notice
@@ -146,7 +154,8 @@ def test_stop_finds_the_native_codex_after_its_wrapper_was_killed(mux, mux_codex
     wrapper = psutil.Process(r.json["pids"][0])
     (native,) = [p for p in wrapper.children(recursive=True) if p.name() == "codex"]
     assert wrapper.name() == "node"
-    assert not [p for p in psutil.process_iter(["cmdline"]) if "app-server" in (p.info["cmdline"] or [])]
+    assert not [p for p in psutil.process_iter(["cmdline"]) if "app-server" in (p.info["cmdline"] or [])
+                and codex_home_of(p) == str(cx.codex_home)]  # (this test's: another test may run codex now)
     native_key = (native.pid, native.create_time())
     wrapper_key = (wrapper.pid, wrapper.create_time())
 

@@ -20,6 +20,7 @@ class TestCodexContract(AgentContract):
     agent = "codex"
     has_children = True
     settle = 1.0  # codex writes its state database and logs a moment after a turn
+    activity_fixtures = Path(__file__).parent / "fixtures" / "activity"  # made by record_activity.py
 
     @pytest.fixture(autouse=True)
     def _codex(self, mux_codex):

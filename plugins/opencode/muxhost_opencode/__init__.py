@@ -34,9 +34,9 @@ from typing import Any, Callable, Iterable
 import psutil
 
 from muxhost.api import Activity, Agent, AgentContext, Launch, MuxhostError, Proc, artifacts, hookimpl, kit
-from muxhost_opencode.activity import ACTIVITY_TIMEOUT, NEXT_STEP_MS, asks_user, turn_state  # noqa: F401
+from muxhost_opencode.activity import ACTIVITY_TIMEOUT, NEXT_STEP_MS, asks_user, session_stalled, turn_state  # noqa: F401
 
-__all__ = ["OpenCodeAgent", "asks_user", "muxhost_register_agents", "session_from_argv", "turn_state"]
+__all__ = ["OpenCodeAgent", "asks_user", "muxhost_register_agents", "session_from_argv", "session_stalled", "turn_state"]
 
 ID_PATTERN = r"ses_[0-9A-Za-z]{26}"
 _ID_RE = re.compile(ID_PATTERN)
@@ -243,7 +243,8 @@ class OpenCodeAgent(Agent):
 
     def activity(self, ctx: AgentContext, screen: str | None) -> Activity | None:
         """``waiting`` while a dialog asks at the bottom of ``screen`` (:func:`asks_user`); else what
-        the record's session's last message says (:func:`turn_state`); None when it cannot be read.
+        the record's session's last message says (:func:`turn_state`), ``stalled`` when its open turn
+        shows no sign of life (:func:`session_stalled`); None when it cannot be read.
         Before the host knows the session (the watch asks ``discover`` every pass until it does):
         ``idle`` while no session was made in its folder since the launch (not prompted yet), else
         no opinion — which session is this agent's is for ``discover``, with every other record's claimed."""
@@ -264,7 +265,10 @@ class OpenCodeAgent(Agent):
             return None
         try:
             answer = turn_state(con, sid, int(ctx.launched_at * 1000))
-            return None if answer is None else Activity(answer, f"database: the last message of session {sid}")
+            if answer is None:
+                return None
+            return (answer == "working" and session_stalled(con, sid, ctx)) or \
+                Activity(answer, f"database: the last message of session {sid}")
         except (sqlite3.Error, TypeError):  # malformed JSON, another schema, a value of another type
             return None
         finally:

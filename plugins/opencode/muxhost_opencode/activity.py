@@ -8,7 +8,9 @@ import re
 import sqlite3
 import time
 
-__all__ = ["ACTIVITY_TIMEOUT", "NEXT_STEP_MS", "asks_user", "turn_state"]
+from muxhost.api import kit
+
+__all__ = ["ACTIVITY_TIMEOUT", "NEXT_STEP_MS", "asks_user", "session_stalled", "turn_state"]
 
 #: seconds the activity hook's read waits for a lock (it runs every second)
 ACTIVITY_TIMEOUT = 0.2
@@ -25,6 +27,11 @@ _LAST_MESSAGE = (  # the session's creation; its last message's id, creation, ro
     " json_extract(m.data, '$.time.completed'), json_extract(m.data, '$.finish'),"
     " json_type(m.data, '$.error') from session s left join message m on m.id = ("
     "select id from message where session_id = s.id order by time_created desc, id desc limit 1) where s.id = ?")
+_LAST_ID = "(select id from message where session_id = ? order by time_created desc, id desc limit 1)"
+_NEWEST = (f"select max(t) from (select time_updated t from message where id = {_LAST_ID}"
+           f" union all select max(time_updated) from part where message_id = {_LAST_ID})")
+_TOOL_RUNS = (f"select 1 from part where message_id = {_LAST_ID} and json_extract(data, '$.type') = 'tool'"
+              " and json_extract(data, '$.state.status') in ('pending', 'running') limit 1")
 _TOOL_PARTS = ("select json_extract(data, '$.tool'), json_extract(data, '$.state.status'),"
                " substr(json_extract(data, '$.state.error'), 1, 200) from part"
                " where message_id = ? and json_extract(data, '$.type') = 'tool'")
@@ -71,3 +78,18 @@ def turn_state(con: sqlite3.Connection, sid: str, since_ms: int = 0, now_ms: int
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         return "working" if now_ms - completed < NEXT_STEP_MS else "idle"
     return "idle"
+
+
+def session_stalled(con: sqlite3.Connection, sid: str, ctx, now: float | None = None):
+    """``stalled`` (an Activity with its reason) when session ``sid``'s open turn waits on the model
+    and nothing comes: its last message and that message's parts have not changed for
+    ``ctx.stall_after`` (their ``time_updated``), no tool of it is pending or running (a tool that runs long and
+    quietly — a sub-agent's ``task`` too — is no stall), and opencode received no byte for as long
+    (:func:`muxhost.kit.net.stalled`). Else None. Raises :class:`sqlite3.Error`."""
+    now = time.time() if now is None else now
+    newest = con.execute(_NEWEST, (sid, sid)).fetchone()[0]
+    if not isinstance(newest, (int, float)) or now - newest / 1000 < ctx.stall_after:
+        return None
+    if con.execute(_TOOL_RUNS, (sid,)).fetchone():
+        return None  # a tool runs
+    return kit.net.stalled(ctx, newest / 1000, "database", now)

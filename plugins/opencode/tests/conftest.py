@@ -9,7 +9,9 @@ import itertools
 import json
 import os
 import re
+import select
 import shutil
+import socket
 import sqlite3
 import subprocess
 import threading
@@ -33,6 +35,8 @@ ASK = "MUXHOST_ASK"                # a bash call (`echo ASKED`): asks when bash 
 QUESTION = "MUXHOST_QUESTION"      # a question tool call (two options)
 DELEGATE = "MUXHOST_DELEGATE"      # a sub-agent (PONDER_SECONDS) and a bash `sleep` at once, then a SLOW reply
 PONDER = "MUXHOST_PONDER"          # (the sub-agent's prompt) a text reply that streams for PONDER_SECONDS
+HANG = "MUXHOST_HANG"              # the reply's headers, then not a byte while opencode holds the connection
+SUB_SLOW = "MUXHOST_SUB_SLOW"      # a sub-agent (task) whose reply streams for SLOW_SECONDS
 DONE = "All done here."
 ASKED = "muxhost-asked-and-ran"    # what the ASK call prints
 SLOW_DONE = "Slow reply finished."  # the last words of a slow reply
@@ -76,10 +80,14 @@ class FakeOpenAI:
       "All done here.";
     - the prompt names MUXHOST_SLOW (or MUXHOST_PONDER): a text streamed over SLOW_SECONDS
       (PONDER_SECONDS), ending "Slow reply finished.";
+    - the prompt names MUXHOST_HANG: the response headers, then not one byte, held open until the
+      client closes the connection or the server stops (a model that hangs);
     - the prompt names MUXHOST_ASK: a ``bash`` call that echoes "muxhost-asked-and-ran";
     - the prompt names MUXHOST_QUESTION: a ``question`` call (pick a colour: red or blue);
     - the prompt names MUXHOST_DELEGATE: two calls at once, ``task`` with the prompt MUXHOST_PONDER
       and ``bash`` ``sleep NAP_SECONDS`` (the sub-agent ends while its parent's own tool still runs);
+    - the prompt names MUXHOST_SUB_SLOW: a ``task`` call whose prompt names MUXHOST_SLOW (a
+      sub-agent that streams its reply for SLOW_SECONDS), then "All done here.";
     - the prompt names MUXHOST_SPAWN: a ``task`` call whose prompt is MUXHOST_CHILD_TASK (a sub-agent;
       followed by the contract suite's text when the prompt holds one, else "start another one"),
       which answers with a ``task`` call whose prompt is MUXHOST_GRANDCHILD (a grandchild);
@@ -91,6 +99,7 @@ class FakeOpenAI:
     def __init__(self) -> None:
         self.requests: list[dict] = []
         self._ids = itertools.count(1)
+        self.release = threading.Event()  # set by close(): a held (HANG) request ends
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -132,6 +141,10 @@ class FakeOpenAI:
         last = users[-1] if users else ""
         if msgs and msgs[-1].get("role") == "tool":
             return ("slow", str(SLOW_SECONDS)) if DELEGATE in last else ("text", DONE)
+        if HANG in last:
+            return "hang", ""
+        if SUB_SLOW in last and "task" in tools:
+            return "task", f"{SLOW}: take your time"
         if SLOW in last or PONDER in last:
             return "slow", str(SLOW_SECONDS if SLOW in last else PONDER_SECONDS)
         if ASK in last and "bash" in tools:
@@ -158,6 +171,8 @@ class FakeOpenAI:
         h.send_header("Cache-Control", "no-cache")
         h.send_header("Connection", "close")
         h.end_headers()
+        if kind == "hang":
+            return self._hold(h)
         cid = f"chatcmpl-{next(self._ids)}"
 
         def chunk(delta: dict | None, finish: str | None = None, usage: dict | None = None) -> None:
@@ -197,12 +212,21 @@ class FakeOpenAI:
         h.wfile.flush()
         h.close_connection = True
 
+    def _hold(self, h: BaseHTTPRequestHandler) -> None:
+        """Send nothing until the client closes the connection (a test ended: its opencode went) or
+        the server closes."""
+        h.close_connection = True
+        while not self.release.wait(0.5):
+            if select.select([h.connection], [], [], 0)[0] and not h.connection.recv(1, socket.MSG_PEEK):
+                return
+
     @property
     def config(self) -> dict:
         """An opencode.json that points opencode at this server."""
         return opencode_config(self.port)
 
     def close(self) -> None:
+        self.release.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -396,8 +420,27 @@ def opencode_db():
 
 
 @pytest.fixture
+def tui_setup(mux, tmp_path, fake_llm, opencode_bin, npm_cache, scripted):
+    """A function that readies ``mux`` for the opencode TUI with ``permission`` (opencode.json's):
+    the binary on PATH, the fake model configured, the shared npm cache; returns a new ``work``
+    folder to launch it in."""
+    def setup(permission: dict) -> Path:
+        work = tmp_path / "work"
+        work.mkdir()
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        os.symlink(opencode_bin, bin_dir / "opencode")
+        mux.env.update(scripted["env"], npm_config_cache=npm_cache, PATH=f"{bin_dir}:{mux.env.get('PATH', os.defpath)}")
+        cfg = mux.home / ".config" / "opencode" / "opencode.json"
+        cfg.parent.mkdir(parents=True, exist_ok=True)
+        cfg.write_text(json.dumps({**fake_llm.config, "permission": permission}, indent=1))
+        return work
+    return setup
+
+
+@pytest.fixture
 def scripted():
     """The words the fake model reacts to."""
     return {"spawn": SPAWN, "child": CHILD, "grandchild": GRANDCHILD, "done": DONE, "env": dict(OPENCODE_ENV),
             "noted": noted, "slow": SLOW, "ask": ASK, "question": QUESTION, "delegate": DELEGATE, "asked": ASKED,
-            "slow_done": SLOW_DONE}
+            "slow_done": SLOW_DONE, "hang": HANG, "sub_slow": SUB_SLOW}

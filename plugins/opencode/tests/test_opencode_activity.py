@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from muxhost.agent import AgentContext
-from muxhost.testing import Watching, wait_for
+from muxhost.testing import Watching, quiet_connection, wait_for
 from muxhost_opencode import NEXT_STEP_MS, OpenCodeAgent, asks_user, turn_state
 
 READY = "ctrl+p commands"
@@ -32,17 +32,9 @@ class TUI:
     """One opencode TUI launched by ``muxhost launch`` in the test's tmux server, its database, and
     a watch on that server."""
 
-    def __init__(self, mux, tmp_path: Path, fake_llm, binary: str, npm_cache: str, words: dict, permission: dict):
+    def __init__(self, mux, cwd: Path):
         self.mux = mux
-        self.cwd = tmp_path / "work"
-        self.cwd.mkdir()
-        bin_dir = tmp_path / "bin"
-        bin_dir.mkdir()
-        os.symlink(binary, bin_dir / "opencode")
-        mux.env.update(words["env"], npm_config_cache=npm_cache, PATH=f"{bin_dir}:{mux.env.get('PATH', os.defpath)}")
-        cfg = mux.home / ".config" / "opencode" / "opencode.json"
-        cfg.parent.mkdir(parents=True, exist_ok=True)
-        cfg.write_text(json.dumps({**fake_llm.config, "permission": permission}, indent=1))
+        self.cwd = cwd
         self.db_path = mux.home / ".local/share/opencode/opencode.db"
         self.rec = mux.ok("launch", "opencode", "--cwd", str(self.cwd), "--json")
         self.pane = self.rec["pane"]
@@ -74,9 +66,9 @@ class TUI:
 
 
 @pytest.fixture
-def tui(mux, tmp_path, fake_llm, opencode_bin, npm_cache, scripted):
+def tui(mux, tui_setup):
     def start(permission: dict | None = None) -> TUI:
-        return TUI(mux, tmp_path, fake_llm, opencode_bin, npm_cache, scripted, permission or {"bash": "allow"})
+        return TUI(mux, tui_setup(permission or {"bash": "allow"}))
     return start
 
 
@@ -157,6 +149,33 @@ def test_a_sub_agent_ending_keeps_its_parent_working(tui, scripted):
     idle = [(new, since) for new, since in states if new != "working"]
     assert [new for new, _since in idle] == ["idle"], (states, ends)  # once, at the end
     assert idle[0][1] * 1000 >= ends[parent[0]] - 500, (states, ends)
+
+
+def test_a_hung_model_is_stalled_a_slow_one_never(tui, scripted):
+    """``watch.stall_after`` 5 s: a reply that streams a word every 0.25 s for 8 s stays
+    ``working``; a model that sends the headers and then nothing makes the open turn ``stalled``
+    a few seconds after ``stall_after`` (the TUI's spinner still moves), for the watch and for
+    ``ls`` without one."""
+    t = tui()
+    t.mux.config.write_text("watch:\n  interval: 0.5\n  stall_after: 5\n")
+    with Watching(t.mux) as w:
+        t.prompt(w, "hello")  # the first prompt waits for opencode's start-up plugin install (npm)
+        t.screen_shows("Hello from the fake model.")
+        sent = t.prompt(w, f"{scripted['slow']} please")
+        within(w, t, "working", sent)
+        states = set()
+        while scripted["slow_done"] not in t.mux.capture(t.pane):
+            states.add(w.activity(t.pane))
+            time.sleep(0.1)
+        assert states == {"working"}, f"a slow reply streaming was {states}"
+        within(w, t, "idle", time.monotonic())
+        sent = t.prompt(w, f"{scripted['hang']} please")
+        within(w, t, "working", sent)
+        w.wait(t.pane, "stalled", timeout=30)
+        late = time.monotonic() - sent
+        assert 5 <= late < 5 + LIMIT + 2, f"stalled {late:.1f}s after the prompt"
+        assert [c["new"] for c in t.changes(w)][-2:] == ["working", "stalled"], t.changes(w)
+    assert next(r for r in t.mux.ok("ls", "--json") if r["id"] == t.rec["id"])["activity"] == "stalled"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -261,6 +280,29 @@ def test_turn_state_of_a_prompt_an_old_turn_a_new_session(ran):
     assert state(db, sid) == "working"  # the first prompt's session, its message to come
     assert state(db, sid, since_ms=2 ** 50) == "idle"  # an empty session from before the launch
     assert state(db, "ses_" + "0" * 26) is None  # no such session
+
+
+def test_an_open_turn_with_no_sign_of_life_is_stalled(ran):
+    """The hook: the session's open turn (its reply not completed), none of its messages or parts
+    changed for ``stall_after`` and nothing came over the network for as long: ``stalled``; not
+    while a tool of it runs, not once a part changed lately, not once a byte came."""
+    db, sid = ran
+    mid = last_message(db, sid)
+    set_message(db, mid, time={"created": 1}, finish=None)  # the reply streams (or hangs)
+    agent = OpenCodeAgent()
+    with quiet_connection(1.1) as pids:
+        c = ctx(db, sid, pids=pids, stall_after=1.0)
+        answer = agent.activity(c, None)
+        assert answer == "stalled" and answer.reason.startswith("database: no change for "), repr(answer)
+        add_tool(db, mid, sid, "bash", "running")
+        assert agent.activity(c, None) == "working"  # a tool runs: no stall
+        edit(db, "delete from part where id like 'prt_test%'")
+        edit(db, "update part set time_updated = ? where message_id = ?", (int(time.time() * 1000), mid))
+        assert agent.activity(c, None) == "working"  # a part changed just now
+        edit(db, "update part set time_updated = 1 where session_id = ?", (sid,))
+        assert agent.activity(c, None) == "stalled"
+        pids.poke()
+        assert agent.activity(c, None) == "working"  # a byte of the reply came
 
 
 def ctx(db: Path, sid: str | None, **kw) -> AgentContext:

@@ -21,6 +21,7 @@ class TestOpenCodeContract(AgentContract):
     has_children = True
     titles_itself = True  # opencode asks its model for a title (the fake server says "Fake title")
     settle = 1.0  # opencode titles a session and flushes its log a moment after a turn
+    activity_fixtures = Path(__file__).parent / "fixtures" / "activity"  # made by record_activity.py
 
     @pytest.fixture(autouse=True)
     def _opencode(self, fake_llm, opencode_bin, npm_cache, scripted, opencode_db):
