@@ -278,8 +278,8 @@ class Host:
     def read(self, rec: Record, lines: int | None = None) -> str:
         return self.scripting.read(rec, lines)
 
-    def watch(self, emit: Callable[[dict[str, Any]], None], interval: float | None = None) -> None:
-        return self.watching.watch(emit, interval)
+    def watch(self, emit: Callable[[dict[str, Any]], None], interval: float | None = None, follower=None) -> None:
+        return self.watching.watch(emit, interval, follower)
 
     def wait(self, rec: Record, until: str, timeout: float | None = None) -> str:
         """Wait until the agent is ``until`` (``idle``, ``waiting``, or ``exited``: no agent any more,

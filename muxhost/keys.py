@@ -104,10 +104,13 @@ def _load_lines(socket: str | None, key: str) -> str:
 
 def waiting_key(key: str, mux: str, tmux: str = "tmux") -> str:
     """prefix + ``key`` jumps to the agent that has waited longest: the pane the watch publishes as
-    ``@muxhost_waiting`` (tmux only: no process runs on the key)."""
+    ``@muxhost_waiting`` (tmux only: no process runs on the key), or, when that is ``REF@HOST`` (an
+    agent of a remote host), a new window running ``muxhost attach REF@HOST``."""
     from muxhost.backends import SUMMARY_OPTION, WAITING_OPTION
 
     jump = f"switch-client -t '#{{{WAITING_OPTION}}}'"
+    # (an agent of a remote host waits longest: REF@HOST, opened as `muxhost attach REF@HOST` opens it)
+    remote = f"{mux} attach '#{{{WAITING_OPTION}}}'"
     return f"""
 # muxhost waiting key: prefix + {key} jumps to the agent that has waited longest for you (a question,
 # a permission). It needs the activity watch, one per tmux server, which also publishes
@@ -117,7 +120,11 @@ def waiting_key(key: str, mux: str, tmux: str = "tmux") -> str:
 #   set -g status-right '#{{{SUMMARY_OPTION}}} %H:%M'
 # Remove: {tmux} unbind-key {key}
 bind-key {key} if-shell -F {_tmux_quoted("#{" + WAITING_OPTION + "}")} {{
-  run-shell -C {_tmux_quoted(jump)}
+  if-shell -F {_tmux_quoted("#{m:%*,#{" + WAITING_OPTION + "}}")} {{
+    run-shell -C {_tmux_quoted(jump)}
+  }} {{
+    run-shell -b {_tmux_quoted(remote)}
+  }}
 }} {{
   display-message "muxhost: no agent is waiting (is muxhost watch running?)"
 }}"""

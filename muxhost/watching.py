@@ -50,8 +50,11 @@ class Watch:
     back what it published."""
 
     def __init__(self, host, interval: float, stall_after: float, alert: bool,
-                 emit: Callable[[dict[str, Any]], None] = lambda change: None, instance: str | None = None):
+                 emit: Callable[[dict[str, Any]], None] = lambda change: None, instance: str | None = None,
+                 follower=None):
         self.host, self.interval, self.stall_after, self.alert, self.emit = host, interval, stall_after, alert, emit
+        #: the remote hosts' watches (:class:`muxhost.remote.following.Follower`), counted in what is published
+        self.follower = follower
         self.server = host.server
         self.backend = host.current()
         self.observer = passes.observer_of(host, self.backend, self.server, instance)
@@ -77,6 +80,9 @@ class Watch:
 
         #: notify.urls: each pass's changes, told through apprise (None: no URL set)
         self.notifier = notify.for_watch(host.config, stall_after, self._notify_warning)
+        if follower is not None:
+            follower.emit = self._remote_changed
+            follower.start()
 
     @property
     def instance(self) -> str | None:
@@ -174,6 +180,25 @@ class Watch:
             self.emit(line)
         return line
 
+    def _remote_changed(self, line: dict[str, Any]) -> None:
+        """A remote host's change line (with ``host``; from the follower's thread), or a host going
+        offline or back: the alert and the notification a local agent gets, naming the host; then
+        ``emit``. (A record's first line after connecting, ``old`` None, is no news.)"""
+        new, old = line.get("new"), line.get("old")
+        if "record" in line and old is not None and new in ("waiting", "stalled"):
+            who = f"{line.get('name')}@{line['host']} ({line.get('agent')})"
+            if new == "waiting" and self.alert:
+                self.backend.alert(f"muxhost: {who} is waiting for you", None)
+            if self.notifier is not None and self.notifier.thread is not None and new in self.notifier.events:
+                from muxhost.notify import Event
+
+                now, since = time.time(), float(line.get("since") or time.time())
+                seconds = now - since + (self.stall_after if new == "stalled" else 0.0)
+                self.notifier.queue.put([Event(new, str(line["record"]), str(line.get("name")),
+                                               str(line.get("agent")), str(line["host"]), since, seconds)])
+        with self.emitting:
+            self.emit(line)
+
     def _notify(self, changes: list[Change], now: float) -> None:
         """Hand a pass's changes to the notifier, which only enqueues (no channel is waited on); a
         notifier that fails is a warning line, never the end of the watch."""
@@ -215,7 +240,14 @@ class Watch:
             if self.published.get(rid) != value:
                 panes[tr.pane.pane_id] = {ACTIVITY_OPTION: tr.activity, ACTIVITY_SINCE_OPTION: f"{value[1][1]:.3f}"}
                 self.published[rid] = value
-        server = {WATCH_OPTION: self.ident, SUMMARY_OPTION: summary(counts),
+        offline: list[str] = []
+        if self.follower is not None:  # every host's agents counted; a host offline named
+            theirs, offline, their_waiting = self.follower.tally()
+            for k, n in theirs.items():
+                counts[k] = counts.get(k, 0) + n
+            waiting += their_waiting
+        shown = " · ".join([summary(counts), *(f"{h} offline" for h in offline)][0 if counts else 1:])
+        server = {WATCH_OPTION: self.ident, SUMMARY_OPTION: shown,
                   WAITING_OPTION: min(waiting)[1] if waiting else ""}
         changed = {k: v for k, v in server.items() if self.server_values.get(k) != v}
         if panes or changed:
@@ -243,6 +275,8 @@ class Watch:
                 self._warnings()
                 time.sleep(max(0.0, self.interval - (time.monotonic() - t0)))
         finally:
+            if self.follower is not None:
+                self.follower.close()  # (its ssh children, by pid; their remote watches end with them)
             if self.notifier is not None:
                 self.notifier.close()
             try:
@@ -291,7 +325,7 @@ class WatchOps:
     def __init__(self, host):
         self.host = host
 
-    def watch(self, emit: Callable[[dict[str, Any]], None], interval: float | None = None) -> None:
+    def watch(self, emit: Callable[[dict[str, Any]], None], interval: float | None = None, follower=None) -> None:
         """Run the watch of the chosen server until the server ends (or KeyboardInterrupt). A second
         watch of the same server is refused (exit 4), naming the first one's pid."""
         from muxhost.kit.flock import LockTimeout, flock
@@ -328,7 +362,7 @@ class WatchOps:
             try:
                 with flock(path, wait, private=True, label=label):
                     Watch(self.host, interval, float(self.host.config.watch("stall_after")),
-                          bool(self.host.config.watch("alert")), emit, instance).run()
+                          bool(self.host.config.watch("alert")), emit, instance, follower).run()
                 return
             except LockTimeout as e:
                 if os.path.realpath(e.path) != os.path.realpath(path):

@@ -7,6 +7,7 @@ The local muxhost (the ``mux`` fixture) reaches the remote user's muxhost throug
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -313,6 +314,124 @@ def test_purge_at_a_host_purges_the_conversation_it_showed_or_nothing(box):
     assert (convs / f"{now}.jsonl").read_bytes() == before, "the conversation nobody was shown is untouched"
     assert box.ok("show", "ask@box", "--json")["state"] == "running"  # (not stopped for another conversation)
     box.end_shell(pane)
+
+
+def _remote_watches(user) -> list[int]:
+    """The pids of the remote user's `muxhost watch` processes (its remote-serve of a watch)."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["uids", "cmdline"]):
+        try:
+            if p.info["uids"] and p.info["uids"].real == user.uid and "remote-serve" in " ".join(p.info["cmdline"] or []):
+                found.append(p.pid)
+        except psutil.Error:
+            pass
+    return found
+
+
+def _cut_connections(user) -> None:
+    """The sshd processes serving ``user`` (the shared connection's), ended by pid: the network went."""
+    import psutil
+
+    for p in psutil.process_iter(["uids", "name"]):
+        try:
+            if p.info["name"] == "sshd" and p.info["uids"] and p.info["uids"].real == user.uid:
+                p.kill()
+        except psutil.Error:
+            pass
+
+
+def test_the_watch_follows_a_remote_host_goes_offline_and_back_and_leaves_nothing(box, world):
+    from muxhost.testing import Watching
+    import psutil
+
+    from muxhost.testing.tmuxclient import TmuxClient
+
+    box.server.cmd("new-session", "-d", "-s", "main", "-x", "120", "-y", "30", "--", "/bin/sh")
+    rec = box.ok("launch", "demo", "--host", "box", "--name", "asker", "--json")
+    wait_for(lambda: "demo>" in box.ok("read", "asker@box"), what="the demo prompt over ssh")
+    client = TmuxClient(box.socket, "main", dict(box.env, TERM="xterm-256color"), cols=120, rows=30)
+    with contextlib.closing(client), Watching(box) as w:
+        def lines(pred):
+            return [c for c in list(w.changes) if pred(c)]
+
+        wait_for(lambda: lines(lambda c: c.get("record") == rec["id"] and c.get("new") == "idle"), timeout=60,
+                 what="the remote agent's idle line")
+        assert all(c["host"] == "box" for c in lines(lambda c: c.get("record") == rec["id"]))
+        box.ok("send", "asker@box", "/ask")
+        wait_for(lambda: lines(lambda c: c.get("record") == rec["id"] and c.get("new") == "waiting"), timeout=30,
+                 what="the remote agent's waiting line")
+        wait_for(lambda: w.option("@muxhost_summary") == "1 waiting", timeout=10, what="the summary")
+        assert w.option("@muxhost_waiting") == "asker@box"
+        client.wait_text("asker@box (demo) is waiting for you", timeout=5)  # the alert, naming the host
+        conf = box.home / "bindings.conf"
+        conf.write_text(box.ok("tmux-bindings"))
+        assert box.server.cmd("source-file", str(conf)).returncode == 0
+        for k in ("HOME", "PATH", "MUXHOST_CONFIG", "MUXHOST_STATE_DIR", "XDG_RUNTIME_DIR"):  # (a user's server has them)
+            box.server.cmd("set-environment", "-g", k, box.env[k])
+        client.press(b"\x02W")  # the wait key: to the remote agent, as `attach asker@box` opens it
+        wait_for(lambda: "asker@box" in box.tmux("list-windows", "-a", "-F", "#{window_name}"), timeout=15,
+                 what="a window running ssh -t to the remote agent")
+        wait_for(lambda: "demo>" in "\n".join(box.tmux("capture-pane", "-p", "-t", "asker@box")), timeout=20,
+                 what="the remote agent's screen in that window")
+        ssh_kids = [p.pid for p in psutil.Process(w.proc.pid).children(recursive=True) if p.name() == "ssh"]
+        assert ssh_kids and _remote_watches(box.remote), "an ssh child here runs the remote watch"
+
+        world["sshd"].stop()
+        _cut_connections(box.remote)
+        t0 = time.monotonic()
+        wait_for(lambda: lines(lambda c: c.get("host") == "box" and c.get("online") is False), timeout=15,
+                 what="the host marked offline")
+        assert time.monotonic() - t0 < 10
+        wait_for(lambda: w.option("@muxhost_summary") == "box offline", timeout=10, what="the summary naming it")
+        assert w.proc.poll() is None, "the watch goes on"
+        world["sshd"].start()
+        mark = len(w.changes)
+        wait_for(lambda: any(c.get("record") == rec["id"] and c.get("new") == "waiting"
+                             for c in list(w.changes)[mark:]), timeout=90, what="the host followed again")
+        wait_for(lambda: w.option("@muxhost_summary") == "1 waiting", timeout=10, what="the summary again")
+        ssh_kids = [p.pid for p in psutil.Process(w.proc.pid).children(recursive=True) if p.name() == "ssh"]
+        remote = _remote_watches(box.remote)
+        assert ssh_kids and remote
+    assert w.proc.returncode == 0
+    assert not [pid for pid in ssh_kids if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"], \
+        "an ssh child of the watch survived it"
+    wait_for(lambda: not [p for p in remote if psutil.pid_exists(p)], timeout=10, what="the remote watch ended")
+    assert not box.tmux("show-options", "-gv", "@muxhost_summary")
+    box.ok("stop", "asker@box")
+
+
+def test_a_remote_host_already_watched_there_is_followed_by_ls(box):
+    """Its own watch holds the server's lock (a second watch is refused there): ours polls `ls --json`,
+    which reads what that watch publishes, and leaves that watch running."""
+    from muxhost.testing import Watching
+
+    box.server.cmd("new-session", "-d", "-s", "main", "-x", "120", "-y", "30", "--", "/bin/sh")
+    rec = box.ok("launch", "demo", "--host", "box", "--name", "watched", "--json")
+    wait_for(lambda: "demo>" in box.ok("read", "watched@box"), what="the demo prompt over ssh")
+    user = box.remote
+    theirs = subprocess.Popen(["setpriv", f"--reuid={user.uid}", "--regid=nogroup", "--init-groups", "--",
+                               str(user.home / "bin" / "muxhost"), "watch"],
+                              env={"HOME": str(user.home), "USER": user.name, "PATH": "/usr/local/bin:/usr/bin:/bin",
+                                   "LANG": "C.UTF-8"}, cwd=str(user.home), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: "1 idle" in (user.run("tmux", "show-options", "-gv", "@muxhost_summary").stdout),
+                 timeout=30, what="the remote's own watch publishing")
+        with Watching(box) as w:
+            wait_for(lambda: any(c.get("record") == rec["id"] and c.get("new") == "idle" for c in list(w.changes)),
+                     timeout=60, what="the remote agent's idle line")
+            box.ok("send", "watched@box", "/ask")
+            wait_for(lambda: w.option("@muxhost_summary") == "1 waiting", timeout=30, what="the summary")
+            assert any(c.get("record") == rec["id"] and c.get("new") == "waiting" and c["host"] == "box"
+                       for c in list(w.changes))
+            assert theirs.poll() is None, "the remote's own watch goes on"
+        assert theirs.poll() is None, "ending ours leaves theirs"
+    finally:
+        theirs.terminate()
+        theirs.wait(10)
+    box.ok("stop", "watched@box")
 
 
 def test_the_attach_hint_of_a_remote_launch_resume_and_wake_names_the_host(box):

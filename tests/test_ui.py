@@ -154,7 +154,7 @@ def test_rows_sort_waiting_first_longest_waiting_on_top_stopped_last():
     assert ui_rows.ordered(made, now=now)[0].name == "waiting-long"  # the one waiting longest first
     assert ui_rows.counts(made).startswith("2 waiting · 1 working · 1 stalled · 1 idle")
     assert made[-1].how_long(now) == "waiting 1h" and ui_rows.SYMBOL["waiting"] != ui_rows.SYMBOL["idle"]
-    assert [r.name for r in ui_rows.ordered(made, "asleep", now=now)] == ["asleep-3"]
+    assert [r.name for r in ui_rows.ordered(made, "asleep", now=now)] == [f"asleep-{ui_rows.ORDER[::-1].index('asleep')}"]
 
 
 def test_every_key_runs_the_lifecycle_of_an_agent(world):
@@ -441,6 +441,66 @@ def test_layout_fits(world, size):
             else:
                 assert preview.region.y > table.region.y and preview.region.width == size[0]
             assert table.region.height >= 4 and preview.region.height >= 4
+
+    run(go())
+
+
+def test_remote_hosts_rows_fit_80_columns_and_their_keys_go_through_ref_at_host(world, monkeypatch):
+    """With remote hosts, the follower's state is rows too (a HOST column in the conversation's place,
+    still 80 columns), an offline host one row with the reason; a key on a remote row is the verb
+    run there as `muxhost VERB REF@HOST` runs it (the REF, on that host), Enter what `attach REF@HOST` opens."""
+    from muxhost.remote import following, hosts, transport
+    from muxhost.ui import ops
+
+    monkeypatch.setenv("MUXHOST_CONFIG", str(world.tmp / "config.yaml"))
+    (world.tmp / "config.yaml").write_text("hosts:\n  box: {ssh: box}\n  gone: {ssh: gone.example}\n")
+    world.host.launch("demo", cwd=str(world.tmp), name="alpha")
+    from muxhost import config as config_mod
+
+    cfg = config_mod.load()
+
+    def make():  # (the hosts of muxhost ui: their config names the remote hosts)
+        h = world.make()
+        h.config = h.core.config = cfg
+        return h
+
+    follower = following.Follower(hosts.load(cfg=cfg))  # (not started: its state is fed here, no sshd)
+    follower.states["box"].online = True
+    follower.states["box"].records["r1"] = {"record": "r1", "name": "asker", "agent": "demo", "pane": "%3",
+                                            "old": "working", "new": "waiting", "since": time.time() - 30,
+                                            "at": time.time(), "note": None, "host": "box", "later": "ignored"}
+    follower.states["gone"].online, follower.states["gone"].reason = False, "unreachable (connection refused)"
+    follower.version += 1
+    asked = []
+
+    def ask(host, argv, timeout):
+        asked.append((host.name, argv))
+        return transport.Answer(True, rc=0, out="stopped asker (r1): exit after 0.50s\n")
+
+    monkeypatch.setattr(transport, "ask", ask)
+
+    async def go():
+        app = Dashboard(make, env={}, cwd=str(world.tmp), where="fake", feed=ops.Feed(ops.Hosts(make), follower))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: len(app.rows) == 3, what="the local, the remote and the offline rows")
+            assert [(r.name, r.host, r.status) for r in app.shown][0] == ("asker", "box", "waiting")
+            assert [(r.name, r.status) for r in app.shown][-1] == ("gone", "offline")  # (alpha: idle or running)
+            names = ("HOST", "asker", "box", "alpha", "local", "gone", "unreachable")
+            await until(pilot, lambda: all(n in app.export_screenshot() for n in names), what="every row drawn")
+            table = app.query_one("#table")
+            assert sum(c.get_render_width(table) for c in table.columns.values()) <= table.region.width
+            assert "1 waiting" in str(app.query_one("#top").content)
+            await select(pilot, "asker")
+            await pilot.press("s")
+            await until(pilot, lambda: "stopped asker" in status(app), what="the remote stop's answer")
+            assert ("box", ["stop", "r1"]) in asked, asked
+            await select(pilot, "gone")
+            await pilot.press("s")
+            await until(pilot, lambda: "gone is offline" in status(app), what="the offline row refusing")
+            await select(pilot, "asker")
+            await pilot.press("enter")  # (outside tmux: the ssh -t of `attach asker@box`, once the app ends)
+            await until(pilot, lambda: app.attach_argv is not None, what="the attach")
+        assert app.attach_argv[-2] == "box" and app.attach_argv[-1].endswith("attach r1") and "-t" in app.attach_argv
 
     run(go())
 

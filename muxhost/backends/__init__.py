@@ -144,9 +144,10 @@ class Backend(ABC):
                     except Exception:
                         continue
 
-    def alert(self, text: str, pane_id: str) -> None:
+    def alert(self, text: str, pane_id: str | None) -> None:
         """Get the user's attention for ``pane_id`` (an agent that waits for them): tmux shows
-        ``text`` on every client and rings the pane's bell. Default: :meth:`message`."""
+        ``text`` on every client and rings the pane's bell (None: an agent of a remote host, no pane
+        here). Default: :meth:`message`."""
         self.message(text, pane_id)
 
     def set_pane_option(self, pane_id: str, name: str, value: str) -> None:

@@ -386,13 +386,14 @@ class TmuxBackend(Backend):
     def alert(self, text, pane_id):
         """The message on every attached client, and a BEL written to the pane's terminal as if
         the agent rang it: tmux marks the window (``window_bell_flag``) and handles it as the user's
-        ``bell-action`` and ``visual-bell`` say."""
-        p = self._list([["display-message", "-p", "-t", pane_id, "#{pane_tty}"],
-                        ["list-clients", "-F", "#{client_name}"]])
+        ``bell-action`` and ``visual-bell`` say. (``pane_id`` None: an agent of a remote host, the
+        message only.)"""
+        tty_of = [["display-message", "-p", "-t", pane_id, "#{pane_tty}"]] if pane_id else []
+        p = self._list([*tty_of, ["list-clients", "-F", "#{client_name}"]])
         lines = [ln for ln in (p.stdout or "").splitlines() if ln]
-        if p.returncode != 0 or not lines:
+        if p.returncode != 0 or (pane_id and not lines):
             return
-        tty, clients = lines[0], lines[1:]
+        tty, clients = (lines[0], lines[1:]) if pane_id else ("", lines)
         if clients:
             self._list([["display-message", "-c", c, "-d", "10000", "--", _arg(literal(text))] for c in clients])
         try:

@@ -18,11 +18,16 @@ def add_arguments(sp) -> None:
         "waiting gets a tmux message and the bell (watch.alert). It prints one line per change and\n"
         "ends with its server (or Ctrl-C, SIGTERM), taking back what it published. With notify.urls\n"
         "in the config (the notify extra), what changed goes to each channel too: waiting, done,\n"
-        "stalled, failed; one message a pass (`muxhost notify test` tries them).")
+        "stalled, failed; one message a pass (`muxhost notify test` tries them). With remote hosts\n"
+        "configured it follows each host's own watch over ssh too: their lines name the host, the\n"
+        "summary, the alert, the notifications and prefix + W count their agents, and a host that\n"
+        "cannot be reached is named offline (and tried again, 1 s doubling to 60 s).")
     sp.add_argument("--interval", type=float, metavar="S", help="seconds between passes (watch.interval, 1)")
     sp.add_argument("--json", action="store_true",
                     help='one JSON line per change: {"record", "name", "agent", "pane", "old", "new", "since", '
-                         '"at", "note"}; a notification channel that failed: {"notify", "channel", "error", …}')
+                         '"at", "note"} (and "host" with remote hosts: "local" here); a notification channel that '
+                         'failed: {"notify", "channel", "error", …}; a remote host offline or back: '
+                         '{"host", "online", "reason", "at"}')
 
 
 def _clock(t: float) -> str:
@@ -33,9 +38,13 @@ def _line(change, as_json: bool) -> str:
     """A change, stamped with its time (in order); since when the new state holds, apart."""
     if as_json:
         return json.dumps(change)
+    if "online" in change:
+        state = "back online" if change["online"] else f"offline: {change.get('reason')}"
+        return f"{_clock(change['at'])}  host {change['host']} {state}"
     since = (f" (since {_clock(change['since'])})"
              if change["new"] and _clock(change["since"]) != _clock(change["at"]) else "")
-    return (f"{_clock(change['at'])}  {change['name']} ({change['record']}) "
+    where = f"@{change['host']}" if change.get("host") not in (None, "local") else ""
+    return (f"{_clock(change['at'])}  {change['name']}{where} ({change['record']}) "
             f"{change['old'] or '-'} -> {change['new'] or change.get('note') or 'gone'}{since}")
 
 
@@ -43,7 +52,13 @@ def run(host, args) -> int:
     out = sys.stdout
     lost = []  # nobody reads the lines any more (run-shell's server gone): the watch goes on
 
+    from muxhost.remote import following
+
+    follower = following.for_config(host.config)
+
     def emit(change) -> None:
+        if follower is not None and "record" in change and "host" not in change:
+            change = {**change, "host": "local"}
         if lost or ("notify" in change and not args.json):  # (its warning is on stderr already)
             return
         try:
@@ -57,7 +72,7 @@ def run(host, args) -> int:
     # SIGTERM ends it as Ctrl-C does (in the main thread only; the handler is put back after)
     before = signal.signal(signal.SIGTERM, stop) if threading.current_thread() is threading.main_thread() else None
     try:
-        host.watch(emit, interval=args.interval)
+        host.watch(emit, interval=args.interval, follower=follower)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the watch took back what it published
         pass
     finally:

@@ -32,8 +32,9 @@ NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 SERVE_VERB = "remote-serve"
 PROTOCOL = "muxhost-remote"
 MAX_REQUEST = 1 << 20
-#: the verbs a request may run: what :func:`muxhost.remote.dispatch` forwards (``attach`` goes by ``ssh -t``)
-SERVED = ("launch", "ls", *(v for v in REF_VERBS if v != "attach"))
+#: the verbs a request may run: what :func:`muxhost.remote.dispatch` forwards (``attach`` goes by ``ssh -t``),
+#: and ``watch`` (``--json``), which another muxhost's watch follows (:mod:`muxhost.remote.following`)
+SERVED = ("launch", "ls", "watch", *(v for v in REF_VERBS if v != "attach"))
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _serving = False
 _serving_as: str | None = None
@@ -127,5 +128,28 @@ def _serve(stdin, run_cli: Callable[[list[str]], int]) -> int:
             print(f"muxhost: {SERVE_VERB}: env goes with launch only", file=sys.stderr)
             return 2
         argv = [argv[0], *(f"--env={k}={v}" for k, v in env.items()), *argv[1:]]
+    if argv[0] == "watch":
+        _end_with_session(stdin)
     sys.stdin = open(os.devnull)  # the request was stdin: a verb that asks gets no answer, as in a script
     return run_cli(argv)
+
+
+def _end_with_session(stdin) -> None:
+    """A served ``watch`` ends when its ssh session goes: the session's stdin closes (sshd closes it
+    when the caller's ssh ends), and this process gets SIGTERM, which ends a watch as Ctrl-C does
+    (it takes back what it published). The caller writes nothing more after the request."""
+    import signal
+    import threading
+
+    source = stdin.buffer if hasattr(stdin, "buffer") else stdin
+
+    def wait() -> None:
+        try:
+            while source.read(4096):
+                pass
+        except (OSError, ValueError):
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=wait, name="muxhost-serve-eof", daemon=True).start()
+

@@ -29,6 +29,7 @@ from muxhost.errors import MuxhostError
 from muxhost.remote import protocol
 
 CONTROL_PERSIST = 60
+SERVER_ALIVE = 15
 OFFLINE_CACHE_SECONDS = 30.0
 _SUN_PATH = 103  # a unix socket path's room (104 on macOS with its NUL; 108 on Linux)
 INSTALL = f"python3 -m pip install --user muxhost=={__version__}"
@@ -101,6 +102,8 @@ def ssh_argv(host, command: str, timeout: float, tty: bool = False) -> list[str]
             "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, math.ceil(timeout))}",
             "-o", "ControlMaster=auto", "-o", f"ControlPersist={CONTROL_PERSIST}",
             "-o", f"ControlPath={control_dir()}/%C", "-o", "LogLevel=ERROR",
+            # (a connection that breaks without a word ends within 45 s: a followed watch's host goes offline)
+            "-o", f"ServerAliveInterval={SERVER_ALIVE}", "-o", "ServerAliveCountMax=3",
             "--", host.ssh, command]
 
 
@@ -284,13 +287,35 @@ def attach(host, args: list[str], timeout: float = 5.0, ref: str = "attach") -> 
     """``attach REF@HOST``: ``ssh -t`` running the remote ``muxhost attach REF``; inside tmux, in a new
     window of this server named ``REF@HOST`` (``#`` doubled: tmux expands formats in a window name,
     and ``#(…)`` would run here)."""
-    argv = ssh_argv(host, remote_command(host, ["attach", *args]), timeout, tty=True)
     sys.stdout.flush()
-    if os.environ.get("TMUX"):
+    argv = open_attach(host, args, timeout, ref, os.environ)
+    if argv:
+        os.execvp(argv[0], argv)
+    return 0
+
+
+def open_attach(host, args: list[str], timeout: float, ref: str, env) -> list[str] | None:
+    """``attach REF@HOST`` inside tmux (``TMUX`` in ``env``): a new window running it (None);
+    outside: the ``ssh -t`` argv for this terminal to run."""
+    argv = ssh_argv(host, remote_command(host, ["attach", *args]), timeout, tty=True)
+    if env.get("TMUX"):
         name = f"{ref}@{host.name}".replace("#", "##")
-        r = subprocess.run(["tmux", "new-window", "-n", name, "--", *argv], capture_output=True, text=True)
+        r = subprocess.run(["tmux", "new-window", "-n", name, "--", *argv], capture_output=True, text=True,
+                           env={**os.environ, "TMUX": env["TMUX"]})
         if r.returncode != 0:
             raise MuxhostError(f"tmux new-window failed: {r.stderr.strip() or r.returncode}")
-        return 0
-    os.execvp(argv[0], argv)
-    return 0  # (not reached)
+        return None
+    return argv
+
+
+def session(host, argv: list[str], timeout: float) -> subprocess.Popen:
+    """A long-lived session running ``argv`` on ``host`` (``watch --json``): its request written, its
+    stdin left open (the remote verb ends when it closes: the ssh session went), stdout and stderr
+    pipes for the caller to read. End it with ``kill()`` by its pid."""
+    proc = _start(host, timeout)
+    try:
+        proc.stdin.write(protocol.request(argv, as_name=host.name))
+        proc.stdin.flush()
+    except OSError:
+        pass  # (it ended at once: its stdout says why)
+    return proc

@@ -60,13 +60,23 @@ def run(make_host: Callable[[], Any], popup: bool = False) -> int:
 
     from muxhost.ui import ops
 
-    feed = ops.Feed(ops.Hosts(make_host))
-    first = _first_look(feed)
-    from muxhost.ui.app import Dashboard
+    from muxhost.remote import following
 
-    b = make_host().current()
-    app = Dashboard(make_host, popup=popup, where=f"{b.name} {b.where()}", feed=feed, first=first)
-    app.run()
+    local = make_host()
+    follower = following.for_config(local.config)  # (remote hosts: each one's watch, followed over ssh)
+    feed = ops.Feed(ops.Hosts(make_host), follower)
+    if follower is not None:
+        follower.start()
+    try:
+        first = _first_look(feed)
+        from muxhost.ui.app import Dashboard
+
+        b = local.current()
+        app = Dashboard(make_host, popup=popup, where=f"{b.name} {b.where()}", feed=feed, first=first)
+        app.run()
+    finally:
+        if follower is not None:
+            follower.close()  # (its ssh children, by pid: their remote watches end with them)
     if app.attach_argv:
         app.settle()  # (a stop or purge of another row still under way ends first)
         sys.stdout.flush()

@@ -44,6 +44,8 @@ KEYS = [
     ("q", "quit"),
 ]
 COLUMNS = ("status", "name", "agent", "conv", "where")
+#: with remote hosts: HOST in the conversation's place (the row still fits 80 columns)
+HOST_COLUMNS = ("status", "name", "agent", "host", "where")
 #: below this width the preview goes under the table, not beside it
 WIDE = 140
 PREVIEW_LINES = 200
@@ -230,6 +232,7 @@ class Dashboard(App):
         self._top = ""
         self._short: tuple[tuple, dict[str, str]] = ((), {})
         self._first = first  # the first look, started before Textual was (see muxhost.ui.run)
+        self.columns = COLUMNS if self.feed.follower is None else HOST_COLUMNS
 
     # -- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -244,8 +247,10 @@ class Dashboard(App):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        for key, label in zip(COLUMNS, ("STATUS", "NAME", "AGENT", "CONVERSATION", "FOLDER / BRANCH")):
-            table.add_column(label, key=key)
+        labels = {"status": "STATUS", "name": "NAME", "agent": "AGENT", "conv": "CONVERSATION", "host": "HOST",
+                  "where": "FOLDER / BRANCH"}
+        for key in self.columns:
+            table.add_column(labels[key], key=key)
         table.focus()
         self.install_screen(HelpScreen(), name="help")  # (made once: ? opens it at once)
         self._layout(self.size.width)
@@ -325,8 +330,9 @@ class Dashboard(App):
         """A row's cells as (text, style) pairs: compared with what the table shows, then drawn."""
         return ((f"{SYMBOL.get(r.status, ' ')} {r.how_long(now)}", STYLE.get(r.status, "")),
                 (fit(r.name, NAME_CELLS), "bold" if r.status == "waiting" else ""), (fit(r.agent, AGENT_CELLS), ""),
+                (fit(r.host or "local", 11), "bold red" if r.status == "offline" else "") if "host" in self.columns else
                 (short.get(r.conversation or "", "-"), "" if r.resumable or r.state == "running" else "dim"),
-                (fit(r.where(width), width, left=not r.branch), "magenta" if r.branch else ""))
+                (fit(r.where(width), width, left=not r.branch and r.status != "offline"), "magenta" if r.branch else ""))
 
     def _render_rows(self) -> None:
         """The table from :attr:`rows`: in place, cell by cell, while the same rows stay in the same
@@ -343,7 +349,7 @@ class Dashboard(App):
         if keys == self._drawn_keys:
             with self.batch_update():  # (one repaint for them all)
                 for key, new, old in zip(keys, cells, self._drawn):
-                    for column, a, b in zip(COLUMNS, new, old):
+                    for column, a, b in zip(self.columns, new, old):
                         if a != b:
                             # (the column widens when a cell grows: `idle 9s` -> `asleep 12s` is not cut)
                             table.update_cell(key, column, Text(a[0], style=a[1]), update_width=True)

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from muxhost.errors import MuxhostError, NotFound
 
-from muxhost.ui.rows import Row, row_of
+from muxhost.ui.rows import Row, remote_rows, row_of
 
 
 class Hosts:
@@ -42,6 +42,31 @@ def record(host, rid: str):
     return rec
 
 
+def there(host, rid: str, verb: str, *args: str):
+    """``verb REF …`` run on the remote host of the row ``REF@HOST`` (:func:`muxhost.remote.transport.ask`,
+    the request every ``REF@HOST`` verb makes): its answer, or its error as a :class:`MuxhostError`."""
+    from muxhost.remote import hosts, transport
+
+    ref, _, name = rid.rpartition("@")
+    if not ref:
+        raise MuxhostError(f"host {name} is offline: no record of it to act on")
+    table = hosts.load(cfg=host.config)
+    answer = transport.ask(table.get(name), [verb, ref, *args], table.timeout)
+    if not answer.ok:
+        raise MuxhostError(f"{name}: {answer.reason or answer.err.strip() or 'no answer'}", answer.rc or 1)
+    return answer
+
+
+def _said(answer) -> str:
+    """A remote verb's last line of output, as its status line."""
+    return (answer.out.strip().splitlines() or [""])[-1]
+
+
+def remote(rid: str) -> bool:
+    """Whether ``rid`` is a remote row's (``ID@HOST``, or ``@HOST`` for a host offline)."""
+    return "@" in rid
+
+
 def _one(rec, result, done: str) -> str:
     """The status line of one record's ladder (``stop``, ``sleep``), as ``muxhost stop`` says it."""
     if isinstance(result, MuxhostError):
@@ -57,16 +82,22 @@ def _one(rec, result, done: str) -> str:
 
 
 def stop(host, rid: str) -> str:
+    if remote(rid):
+        return _said(there(host, rid, "stop"))
     rec = record(host, rid)
     return _one(rec, host.stop_many([rec])[0], "stopped")
 
 
 def sleep(host, rid: str) -> str:
+    if remote(rid):
+        return _said(there(host, rid, "sleep"))
     rec = record(host, rid)
     return _one(rec, host.sleep_many([rec])[0], "asleep:")
 
 
 def wake(host, rid: str) -> str:
+    if remote(rid):
+        return _said(there(host, rid, "wake"))
     rec = record(host, rid)
     live = host.wake(rec)
     if live.already:
@@ -75,12 +106,17 @@ def wake(host, rid: str) -> str:
 
 
 def resume(host, rid: str) -> str:
+    if remote(rid):
+        return _said(there(host, rid, "resume"))
     rec = record(host, rid)
     live = host.resume(rec)
     return f"resumed {rec.name} ({rec.conversation_id}) in pane {live.pane.pane_id}"
 
 
 def send(host, rid: str, text: str) -> str:
+    if remote(rid):
+        there(host, rid, "send", text)
+        return f"sent to {rid}: {text}"
     rec = record(host, rid)
     host.send(rec, text)
     return f"sent to {rec.name}: {text}"
@@ -101,12 +137,22 @@ def agents(host) -> list[str]:
 
 def purge_plan(host, rid: str):
     """The dry run of ``purge REF --stop``: the report with its plan, what refuses, the notes."""
+    if remote(rid):
+        import types
+
+        doc = there(host, rid, "purge", "--stop", "--dry-run", "--json").doc or {}
+        return types.SimpleNamespace(**{"plan": [], "notes": [], "refused": None, "agent": "?",
+                                        "conversation_id": None, **doc})
     return host.purge(rec=record(host, rid), dry_run=True, stop=True)
 
 
 def purge(host, rid: str, conversation_id: str) -> str:
     """Purge exactly ``conversation_id`` (the one the confirmation showed), stopping the record first
     (``Host.purge``'s ``confirmed``: refused when the record was never in it)."""
+    if remote(rid):
+        doc = there(host, rid, "purge", "--stop", "--yes", "--confirmed", conversation_id, "--json").doc or {}
+        return f"purged {doc.get('agent')} conversation {conversation_id} on {rid.rpartition('@')[2]}: " \
+               f"{len(doc.get('removed') or [])} removed"
     rec = record(host, rid)
     report = host.purge(rec=rec, stop=True, confirm=None, confirmed=conversation_id)
     first = f"stopped {rec.name} ({report.stopped['outcome']}), " if report.stopped else ""
@@ -118,6 +164,9 @@ def purge(host, rid: str, conversation_id: str) -> str:
 
 def rm_plan(host, rid: str) -> list[str]:
     """What ``rm`` would do, for the confirmation (it refuses by itself what it must)."""
+    if remote(rid):
+        ref, _, name = rid.rpartition("@")
+        return [f"forget record {ref} on host {name} (and its worktree there, as `muxhost rm {rid}` does)"]
     rec = record(host, rid)
     lines = [f"forget record {rec.id} ({rec.name}, {rec.state})"]
     there = host.removal.agent_there(rec)
@@ -138,13 +187,24 @@ def rm_plan(host, rid: str) -> list[str]:
 
 
 def rm(host, rid: str) -> str:
+    if remote(rid):
+        return "; ".join((there(host, rid, "rm", "--json").doc or {}).get("done") or []) or f"forgot {rid}"
     done = host.rm(record(host, rid))
     return "; ".join(done["done"]) or f"forgot {rid}"
 
 
 def attach(host, rid: str, env) -> list[str] | None:
     """Go to the record's pane: inside its tmux server the client switches (None); outside, the
-    argv that attaches this terminal (run it after the dashboard quit)."""
+    argv that attaches this terminal (run it after the dashboard quit). A remote row: what
+    ``muxhost attach REF@HOST`` opens (a new window running ``ssh -t``; outside tmux, its argv)."""
+    if remote(rid):
+        from muxhost.remote import hosts, transport
+
+        ref, _, name = rid.rpartition("@")
+        if not ref:
+            raise MuxhostError(f"host {name} is offline: no record of it to go to")
+        table = hosts.load(cfg=host.config)
+        return transport.open_attach(table.get(name), [ref], table.timeout, ref, env)
     rec = record(host, rid)
     live = host.live(rec, host.view([rec]), check_resumable=False)
     if live.pane is None:
@@ -156,6 +216,8 @@ def diff_stat(host, rid: str) -> str:
     """``git diff --stat`` of the record's worktree, with its untracked files."""
     from muxhost import worktrees
 
+    if remote(rid):
+        raise NotFound(f"g shows a worktree of this machine: `muxhost show {rid}` tells the remote one")
     rec = record(host, rid)
     if not rec.worktree:
         raise NotFound(f"{rec.name} runs in no worktree of muxhost's (launch with a worktree name)")
@@ -171,7 +233,9 @@ def diff_stat(host, rid: str) -> str:
 
 
 def preview(host, rid: str, lines: int) -> str:
-    """The record's last ``lines`` screen lines (``muxhost read --lines``)."""
+    """The record's last ``lines`` screen lines (``muxhost read --lines``; a remote row's, over ssh)."""
+    if remote(rid):
+        return there(host, rid, "read", "--lines", str(lines)).out
     return host.read(record(host, rid), lines=lines)
 
 
@@ -204,8 +268,11 @@ class Feed:
     store's change counter. It changed (a pane came, went, printed, a watch published, another
     muxhost wrote a record): look again. Nothing changed for :data:`LOOK_EVERY`: look anyway."""
 
-    def __init__(self, hosts: Hosts):
+    def __init__(self, hosts: Hosts, follower=None):
         self.hosts = hosts
+        #: the remote hosts' watches (:class:`muxhost.remote.following.Follower`): their rows too
+        self.follower = follower
+        self._remote_seen = -1
         self._signature: Any = None
         self._looked = 0.0
         self.servers: set = set()
@@ -226,6 +293,8 @@ class Feed:
         since = time.monotonic() - self._looked
         if force or since >= LOOK_EVERY:
             return True
+        if self.follower is not None and self.follower.version != self._remote_seen:
+            return True  # (a remote change: no gap, it was a line from its watch)
         if since < LOOK_GAP:
             return False
         try:
@@ -247,4 +316,8 @@ class Feed:
         marks = {lv.rec.id: (lv.pane.pane_id, lv.pane.last_output, lv.pane.output_mark)
                  for lv in lives if lv.pane is not None}
         notes = list(host.notes) + [f"warning: {w['agent']}: {w['hook']} failed: {w['error']}" for w in host.warnings]
-        return Look([row_of(lv) for lv in lives], time.time(), notes, marks)
+        rows = [row_of(lv) for lv in lives]
+        if self.follower is not None:
+            self._remote_seen = self.follower.version
+            rows += remote_rows(self.follower.snapshot())
+        return Look(rows, time.time(), notes, marks)

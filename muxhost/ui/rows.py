@@ -13,14 +13,14 @@ from dataclasses import dataclass
 
 #: every status, in the order rows sort: what needs the user first, what is over last
 ORDER = ("waiting", "working", "stalled", "idle", "running", "starting", "stopping", "asleep", "exited",
-         "lost", "stopped")
+         "lost", "offline", "stopped")
 #: a symbol per status, so the table reads without colour too
 SYMBOL = {"waiting": "?", "working": "▶", "stalled": "!", "idle": "○", "running": "●", "starting": "+",
-          "stopping": "↓", "asleep": "z", "exited": "×", "lost": "~", "stopped": "■"}
+          "stopping": "↓", "asleep": "z", "exited": "×", "lost": "~", "stopped": "■", "offline": "⨯"}
 #: a Rich style per status
 STYLE = {"waiting": "bold black on yellow", "working": "bold green", "stalled": "bold red", "idle": "cyan",
          "running": "green", "starting": "green", "stopping": "magenta", "asleep": "blue", "exited": "red",
-         "lost": "dim red", "stopped": "dim"}
+         "lost": "dim red", "stopped": "dim", "offline": "bold red"}
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class Row:
     worktree: str | None     # the worktree's folder
     pane: str | None
     resumable: bool
+    host: str | None = None  # a remote host's name (its record's id is then ``ID@HOST``); None: here
 
     def how_long(self, now: float | None = None) -> str:
         """``waiting 2m``, ``working`` (since unknown)."""
@@ -49,17 +50,21 @@ class Row:
         return f"{self.status} {ago((now or time.time()) - self.since)}"
 
     def where(self, width: int) -> str:
-        """The worktree branch (``⎇ fix-login``), else the folder, shortened to ``width``."""
+        """The worktree branch (``⎇ fix-login``), else the folder, shortened to ``width`` (a host
+        offline: the reason)."""
         from muxhost.cli.output import short_path
 
         if self.branch:
             return f"⎇ {self.branch}"[:width]
+        if self.status == "offline":  # (a host offline: why)
+            return self.cwd
         return short_path(self.cwd, width)
 
     def matches(self, text: str) -> bool:
         """The filter: ``text`` (case-insensitive; words all must match) in the name, agent, folder,
         branch, state or status."""
         hay = " ".join(x for x in (self.name, self.agent, self.cwd, self.branch or "", self.state, self.status,
+                                   self.host or "",
                                    self.id, self.conversation or "") if x).lower()
         return all(word in hay for word in text.lower().split())
 
@@ -76,6 +81,26 @@ def row_of(lv) -> Row:
     return Row(id=rec.id, name=rec.name, agent=rec.agent, status=status, since=since, state=lv.state,
                conversation=rec.conversation_id, cwd=rec.cwd, branch=wt.get("branch"), worktree=wt.get("path"),
                pane=lv.pane.pane_id if lv.pane is not None else None, resumable=bool(lv.resumable))
+
+
+def remote_rows(states) -> list[Row]:
+    """The rows of the remote hosts a :class:`muxhost.remote.following.Follower` follows (its
+    ``snapshot()``): each running agent as its watch last told it, keyed ``ID@HOST``; a host offline
+    one ``offline`` row whose folder column says why."""
+    rows = []
+    for s in states:
+        if s.online is False:
+            rows.append(Row(id=f"@{s.name}", name=s.name, agent="-", status="offline", since=None, state="offline",
+                            conversation=None, cwd=s.reason or "unreachable", branch=None, worktree=None, pane=None,
+                            resumable=False, host=s.name))
+            continue
+        for rid, line in s.records.items():
+            since = line.get("since")
+            rows.append(Row(id=f"{rid}@{s.name}", name=str(line.get("name") or rid), agent=str(line.get("agent") or "?"),
+                            status=str(line.get("new")), since=since if isinstance(since, (int, float)) else None,
+                            state="running", conversation=None, cwd="-", branch=None, worktree=None,
+                            pane=line.get("pane"), resumable=False, host=s.name))
+    return rows
 
 
 def sort_key(row: Row, now: float | None = None):
