@@ -90,6 +90,20 @@ def test_lines_are_kept_offline_on_eof_then_followed_again_and_close_ends_the_ch
     assert child.poll() is not None and not psutil.pid_exists(child.pid), "the ssh child survived close()"
 
 
+def test_a_host_that_answers_then_drops_at_once_backs_off_too(sessions):
+    """A host reached that ends the session at once, every time, is not asked again every first step
+    of the backoff: the backoff starts over only after the host stayed followed for ``steady``."""
+    sessions["scripts"] = [_program([_change("r1", None, "idle")])]  # the header, one line, then EOF
+    f = following.Follower(_table(), lambda _line: None, backoff=(0.1, 0.8), steady=30).start()
+    try:
+        wait_for(lambda: len(sessions["started"]) >= 4, timeout=15, what="four tries")
+        n = len(sessions["started"])
+        time.sleep(1.0)
+        assert len(sessions["started"]) - n <= 2, "tries at most every 0.8 s (the backoff's cap), not every 0.1 s"
+    finally:
+        f.close()
+
+
 def test_a_host_that_fails_is_retried_with_a_growing_backoff(sessions):
     sessions["scripts"] = [[sys.executable, "-c", "import sys; sys.stderr.write('ssh: connect to host box port 22: "
                                                   "Connection refused\\n'); sys.exit(255)"]]

@@ -11,7 +11,8 @@ A remote server already watched refuses a second watch (its lock, exit 4): the h
 followed by polling ``ls --json`` (which reads what that watch publishes) every
 :data:`POLL` seconds; a remote with no pane server (yet, or any more: its watch ended) is polled the
 same way. On EOF or an error
-the host is marked offline with the reason and tried again after a backoff, 1 s doubling to 60 s.
+the host is marked offline with the reason and tried again after a backoff, 1 s doubling to 60 s
+(from 1 s again only after it was followed for :data:`STEADY` seconds).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from typing import Any, Callable
 BACKOFF = (1.0, 60.0)
 #: seconds between two ``ls --json`` of a host followed by polling
 POLL = 2.0
+#: seconds a host must stay followed before a failure starts the backoff again from its first step
+#: (a host that answers and then drops at once, every time, backs off like one that never answers)
+STEADY = 10.0
 #: what ``watch`` says on stderr when a watch of that server runs already
 REFUSED = "a watch already runs"
 #: a REF the wait key may put in a shell line (a remote's record name, else its id)
@@ -54,8 +58,8 @@ class Follower:
     "reason"}`` line when a host goes offline or comes back. :meth:`close` ends every ssh child."""
 
     def __init__(self, table, emit: Callable[[dict[str, Any]], None] = lambda line: None,
-                 backoff: tuple[float, float] = BACKOFF, poll: float = POLL):
-        self.table, self.emit, self.backoff, self.poll = table, emit, backoff, poll
+                 backoff: tuple[float, float] = BACKOFF, poll: float = POLL, steady: float = STEADY):
+        self.table, self.emit, self.backoff, self.poll, self.steady = table, emit, backoff, poll, steady
         self.states = {name: HostState(name) for name in sorted(table.hosts)}
         self.lock = threading.Lock()
         self.ended = threading.Event()
@@ -109,6 +113,7 @@ class Follower:
     def _follow(self, host) -> None:
         delay = self.backoff[0]
         while not self.ended.is_set():
+            began = time.monotonic()
             try:
                 reached = self._watch(host)
                 if reached == "refused" and not self.ended.is_set():
@@ -118,7 +123,8 @@ class Follower:
                 self._offline(host.name, f"{type(e).__name__}: {e}")
             if self.ended.is_set():
                 return
-            delay = self.backoff[0] if reached else min(delay * 2, self.backoff[1])
+            steady = reached and time.monotonic() - began >= self.steady
+            delay = self.backoff[0] if steady else min(delay * 2, self.backoff[1])
             self.ended.wait(delay)
 
     def _watch(self, host) -> bool | str:
