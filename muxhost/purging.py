@@ -140,8 +140,9 @@ class Purging:
 
     def _carry_out(self, agent: Agent, ctx: AgentContext, conversation_id: str, items: list,
                    members: list[str], report: PurgeReport, archive: bool = False) -> PurgeReport:
-        """The veto, the archive (with ``archive``: of these very items, before anything goes), then the plan carried out (by the host; an older plugin's strings through its own
-        ``purge``, :func:`muxhost.plans.legacy`), and the residual read; ``report`` filled in."""
+        """The veto, the archive (with ``archive``: of these very items, before anything goes), then
+        the plan carried out (by the host; an older plugin's strings through its own ``purge``,
+        :func:`muxhost.plans.legacy`), and the residual read; ``report`` filled in."""
         from muxhost import plans  # (start-up: only a purge loads the plans)
 
         purged = self.core.pm.hook.muxhost_conversation_purged  # (its plugins imported before anything goes)
