@@ -161,13 +161,15 @@ class AgentContract:
         return rec
 
     def _processes(self, mux: Mux, rid: str) -> set[tuple[int, float]]:
-        """The running record ``rid``'s processes as `muxhost show` lists them, (pid, create time)."""
+        """The running record ``rid``'s processes as `muxhost show` lists them, and every process that
+        carries its record in the environment (an agent's detached helper: opencode's plugin install),
+        (pid, create time)."""
         from muxhost import procs
 
         shown = self._ok(mux, "show", "show", rid, "--json")
         table = procs.ProcessTable.snapshot()
         return {p.key for pid in {*shown["pids"], *(q["pid"] for q in shown["processes"])}
-                if (p := table.get(pid)) is not None}
+                if (p := table.get(pid)) is not None} | set(carrying(procs.RECORD_ENV, rid))
 
     def _row(self, mux: Mux, item: str, rid: str, all_records: bool = False) -> dict:
         rows = self._ok(mux, item, "ls", *(["--all"] if all_records else []), "--json")
