@@ -32,7 +32,8 @@ Each operation is a module with its own object, given the core and the operation
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterable
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from muxhost.activity import ActivityOps
 from muxhost.agent import Agent, AgentContext, PurgeReport
@@ -40,9 +41,7 @@ from muxhost.backends import Backend
 from muxhost.config import Config
 from muxhost.core import Core
 from muxhost.errors import MuxhostError, Refused, UsageError
-from muxhost.explaining import Explaining
 from muxhost.fleet import SETTLE, UNTIL, WAIT_INTERVAL, Scripting, other_program
-from muxhost.inventory import Inventory, Row
 from muxhost.ladder import Ladder
 from muxhost.launching import ENV_RE, NAME_RE, Launching
 from muxhost.listing import Listing
@@ -55,6 +54,10 @@ from muxhost.state import STARTING_GRACE, Live, Located, State, View
 from muxhost.store import Record, Store
 from muxhost.watching import WatchOps
 from muxhost.worktrees import Removal
+
+if TYPE_CHECKING:
+    from muxhost.explaining import Explaining
+    from muxhost.inventory import Inventory, Row
 
 __all__ = ["Host", "Live", "Located", "View", "NAME_RE", "ENV_RE", "STARTING_GRACE"]
 
@@ -71,7 +74,6 @@ class Host:
         self.locks = Locks(core)
         self.state = State(core)
         self.activity = ActivityOps(core)
-        self.explaining = Explaining(core, self.state, self.activity)
         self.refusals = Refusals(core, self.state)
         self.ladder = Ladder(core, self.state, self.locks)
         self.listing = Listing(core, self.state, self.ladder, self.activity)
@@ -84,7 +86,20 @@ class Host:
         self.removal = Removal(core, self.state, self.locks, self.refusals, self.purging)
         self._unpurging = None
         self.watching = WatchOps(self)
-        self.inventory = Inventory(core, self.state, self.launching, self.purge)
+
+    @cached_property
+    def explaining(self) -> "Explaining":
+        """``explain`` (:mod:`muxhost.explaining`, imported when first used: start-up)."""
+        from muxhost.explaining import Explaining
+
+        return Explaining(self.core, self.state, self.activity)
+
+    @cached_property
+    def inventory(self) -> "Inventory":
+        """``conversations`` and ``prune`` (:mod:`muxhost.inventory`, imported when first used: start-up)."""
+        from muxhost.inventory import Inventory
+
+        return Inventory(self.core, self.state, self.launching, self.purge)
 
     # -- what every operation shares (muxhost.core) ------------------------------------------------
     @property
